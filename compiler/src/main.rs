@@ -1,0 +1,161 @@
+//! The `fxhlo` command line.
+
+use clap::{Parser, Subcommand};
+use fxhlo::{check_case, load_case, load_model, name_outputs, run_reference, DriverError, Tolerance};
+use fxhlo_ir::read::safetensors_io::{read_safetensors, write_safetensors};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// fxhlo: a compiler from PyTorch FX graphs of core ATen ops to StableHLO and fast CPU kernels.
+#[derive(Parser)]
+#[command(name = "fxhlo", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print a model's IR text and an op histogram.
+    Inspect {
+        /// A fxjson file, a testdata folder or a .pt2 archive.
+        model: PathBuf,
+        /// Print only the histogram.
+        #[arg(long)]
+        histogram_only: bool,
+    },
+    /// Run a model in the reference interpreter.
+    Run {
+        /// A fxjson file, a testdata folder or a .pt2 archive.
+        model: PathBuf,
+        /// Inputs (safetensors), keyed by the user-input names `inspect` prints.
+        #[arg(long)]
+        inputs: PathBuf,
+        /// Where to write the outputs (safetensors, keys output0, output1, ...).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Run a testdata folder and compare with its stored eager outputs.
+    Check {
+        /// The folder (graph.json, inputs.safetensors, expected.safetensors).
+        dir: PathBuf,
+        /// Read the model from this file instead of graph.json (e.g. model.pt2).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Relative tolerance (default: meta.json's, else per dtype).
+        #[arg(long, requires = "atol")]
+        rtol: Option<f64>,
+        /// Absolute tolerance.
+        #[arg(long, requires = "rtol")]
+        atol: Option<f64>,
+    },
+    /// Lower a model to a StableHLO module (MLIR text).
+    Lower {
+        /// A fxjson file, a testdata folder or a .pt2 archive.
+        model: PathBuf,
+        /// Output file (`-` for standard output).
+        #[arg(short, long, default_value = "-")]
+        output: PathBuf,
+        /// Fold parameters into the module as constants.
+        #[arg(long)]
+        inline_constants: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let filter = std::env::var("FXHLO_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli.cmd) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn write_text(path: &Path, text: &str) -> Result<(), DriverError> {
+    if path == Path::new("-") {
+        print!("{text}");
+        return Ok(());
+    }
+    let tmp = path.with_extension("tmp");
+    let io = |e: std::io::Error| DriverError::Other(format!("{}: {e}", path.display()));
+    std::fs::write(&tmp, text).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
+    match cmd {
+        Cmd::Inspect {
+            model,
+            histogram_only,
+        } => {
+            let m = load_model(&model)?;
+            if !histogram_only {
+                print!("{}", fxhlo_ir::text::print_graph(&m.graph));
+            }
+            println!("\nop histogram:");
+            for (op, n) in m.graph.op_histogram() {
+                println!("  {n:5}  {op}");
+            }
+            let unsupported = m.graph.unsupported_ops();
+            if !unsupported.is_empty() {
+                let names: Vec<&str> = unsupported.keys().map(String::as_str).collect();
+                println!("\nnot in the op table ({}): {}", names.len(), names.join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run { model, inputs, out } => {
+            let m = load_model(&model)?;
+            let ins = read_safetensors(&inputs)?;
+            let outs = run_reference(&m, &ins)?;
+            write_safetensors(&out, &name_outputs(outs))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Check {
+            dir,
+            model,
+            rtol,
+            atol,
+        } => {
+            let case = load_case(&dir, model.as_deref())?;
+            let tol = rtol.zip(atol).map(|(rtol, atol)| Tolerance { rtol, atol });
+            let results = check_case(&case, tol)?;
+            let mut ok = true;
+            println!("{:<10} {:>12} {:>12} {:>10}  status", "output", "max_abs", "max_rel", "bad");
+            for c in &results {
+                ok &= c.ok();
+                match &c.mismatch {
+                    Some(m) => println!("{:<10} {m}  FAIL", c.name),
+                    None => println!(
+                        "{:<10} {:>12.3e} {:>12.3e} {:>10}  {}",
+                        c.name,
+                        c.max_abs,
+                        c.max_rel,
+                        format!("{}/{}", c.bad, c.numel),
+                        if c.ok() { "ok" } else { "FAIL" }
+                    ),
+                }
+            }
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Cmd::Lower {
+            model,
+            output,
+            inline_constants,
+        } => {
+            let m = load_model(&model)?;
+            let opts = fxhlo_lowering::stablehlo::EmitOptions { inline_constants };
+            let text = fxhlo_lowering::stablehlo::emit(&m, &opts)?;
+            write_text(&output, &text)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Readers: fxjson (the project's format) and `.pt2` (torch.export archives).
+
+pub mod fxjson;
+pub mod pt2;
+pub mod safetensors_io;
+
+use crate::arg::{Arg, ParamKind};
+use crate::error::{IrError, Result};
+use crate::graph::{Graph, InputKind, Model, Node, NodeKind, ValueRef};
+use crate::ops::Op;
+use crate::types::TensorType;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Reads a model from a fxjson file, a testdata folder (its `graph.json`) or a `.pt2` archive,
+/// chosen by content.
+pub fn read_model(path: &Path) -> Result<Model> {
+    let file = if path.is_dir() {
+        path.join("graph.json")
+    } else {
+        path.to_path_buf()
+    };
+    let bytes = std::fs::read(&file).map_err(|e| IrError::Io {
+        path: file.display().to_string(),
+        source: e,
+    })?;
+    if bytes.starts_with(b"PK\x03\x04") {
+        pt2::read_pt2_bytes(&bytes, &file.display().to_string())
+    } else if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        fxjson::read_fxjson_bytes(&bytes, &file)
+    } else {
+        Err(IrError::Format {
+            file: file.display().to_string(),
+            msg: "neither a fxjson graph (JSON object) nor a .pt2 archive (zip)".into(),
+        })
+    }
+}
+
+/// Builds a graph node by node, resolving value names; used by both readers.
+#[derive(Default)]
+pub struct GraphBuilder {
+    graph: Graph,
+    names: HashMap<String, ValueRef>,
+}
+
+impl GraphBuilder {
+    /// The value of a name defined earlier.
+    pub fn value(&self, name: &str) -> Option<ValueRef> {
+        self.names.get(name).copied()
+    }
+
+    /// Type of a value defined earlier.
+    pub fn ty(&self, v: ValueRef) -> &TensorType {
+        self.graph.ty(v)
+    }
+
+    /// Number of nodes so far.
+    pub fn len(&self) -> usize {
+        self.graph.nodes.len()
+    }
+
+    /// True if no node was added yet.
+    pub fn is_empty(&self) -> bool {
+        self.graph.nodes.is_empty()
+    }
+
+    fn define(&mut self, names: &[String], node_index: usize) -> Result<()> {
+        for (j, r) in names.iter().enumerate() {
+            if self
+                .names
+                .insert(r.clone(), ValueRef::new(node_index, j))
+                .is_some()
+            {
+                return Err(IrError::Graph(format!(
+                    "value name '{r}' is defined twice (node {node_index})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a graph input.
+    pub fn input(
+        &mut self,
+        name: &str,
+        kind: InputKind,
+        target: Option<String>,
+        ty: TensorType,
+    ) -> Result<ValueRef> {
+        let i = self.graph.nodes.len();
+        self.define(&[name.to_string()], i)?;
+        self.graph.nodes.push(Node {
+            name: name.to_string(),
+            kind: NodeKind::Input { kind, target },
+            args: vec![],
+            result_names: vec![name.to_string()],
+            results: vec![ty],
+        });
+        Ok(ValueRef::new(i, 0))
+    }
+
+    /// Adds an op node from named arguments. Binds them to the op table's schema (filling in
+    /// defaults), or keeps the node as `Unsupported` when the table does not know the op.
+    /// `declared` result types, when given, are checked against type inference.
+    pub fn op(
+        &mut self,
+        name: &str,
+        target: &str,
+        named: Vec<(String, Arg)>,
+        result_names: Vec<String>,
+        declared: Option<Vec<TensorType>>,
+    ) -> Result<()> {
+        let index = self.graph.nodes.len();
+        let err = |msg: String| IrError::Node {
+            index,
+            name: name.to_string(),
+            op: target.to_string(),
+            msg,
+        };
+        let (kind, args) = match Op::from_aten(target) {
+            Some(op) => {
+                let (op, args) = bind(op, &named).map_err(err)?;
+                (NodeKind::Op(op), args)
+            }
+            None => {
+                let (names, args) = named.into_iter().unzip();
+                (
+                    NodeKind::Unsupported {
+                        target: target.to_string(),
+                        arg_names: names,
+                    },
+                    args,
+                )
+            }
+        };
+        let unsupported = matches!(kind, NodeKind::Unsupported { .. });
+        if unsupported && declared.is_none() {
+            return Err(err(format!(
+                "op '{target}' is not in the op table and its result types are not declared"
+            )));
+        }
+        self.graph.nodes.push(Node {
+            name: name.to_string(),
+            kind,
+            args,
+            result_names: result_names.clone(),
+            results: declared.clone().unwrap_or_default(),
+        });
+        let inferred = self.graph.infer_node(index)?;
+        let results = match declared {
+            Some(d) if !unsupported && d != inferred => {
+                let show = |ts: &[TensorType]| {
+                    ts.iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                return Err(err(format!(
+                    "declared result type {} but the op gives {}",
+                    show(&d),
+                    show(&inferred)
+                )));
+            }
+            _ => inferred,
+        };
+        if results.len() != result_names.len() {
+            return Err(err(format!(
+                "{} result names for {} results",
+                result_names.len(),
+                results.len()
+            )));
+        }
+        self.graph.nodes[index].results = results;
+        self.define(&result_names, index)
+    }
+
+    /// Finishes with the named outputs and verifies the graph.
+    pub fn finish(mut self, outputs: Vec<ValueRef>) -> Result<Graph> {
+        self.graph.outputs = outputs;
+        self.graph.verify()?;
+        Ok(self.graph)
+    }
+}
+
+/// Binds named arguments to `op`'s schema: fills defaults, normalizes int lists, and moves a
+/// `.Tensor` overload whose tensor operand is a Python scalar to its `.Scalar` sibling, as FX
+/// graphs write `x + 1` as `aten.add.Tensor(x, 1)`.
+pub fn bind(op: Op, named: &[(String, Arg)]) -> std::result::Result<(Op, Vec<Arg>), String> {
+    let info = op.info();
+    for (k, _) in named {
+        if op.param_index(k).is_none() {
+            let known: Vec<&str> = info.params.iter().map(|p| p.name).collect();
+            return Err(format!(
+                "unknown argument `{k}` (the op takes {})",
+                known.join(", ")
+            ));
+        }
+    }
+    let get = |name: &str| named.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    // A scalar where the schema wants a tensor: switch to the scalar overload.
+    for p in info.params {
+        if p.kind == ParamKind::Tensor {
+            if let Some(Arg::Int(_) | Arg::Float(_) | Arg::Bool(_)) = get(p.name) {
+                if let Some(alt) = scalar_overload(op, p.name) {
+                    return bind(alt, named);
+                }
+                return Err(format!(
+                    "argument `{}` is a scalar, expected a tensor",
+                    p.name
+                ));
+            }
+        }
+    }
+    let mut args = Vec::with_capacity(info.params.len());
+    for p in info.params {
+        let a = match get(p.name) {
+            Some(a) => a.clone(),
+            None => p
+                .default
+                .to_arg()
+                .ok_or_else(|| format!("missing required argument `{}`", p.name))?,
+        };
+        let a = match (p.kind, a) {
+            (ParamKind::Ints | ParamKind::OptInts, Arg::Int(n)) => Arg::Ints(vec![n]),
+            (ParamKind::Float | ParamKind::OptFloat, Arg::Int(n)) => Arg::Float(n as f64),
+            (_, a) => a,
+        };
+        if !p.kind.accepts(&a) {
+            return Err(format!(
+                "argument `{}` is {}, expected {}",
+                p.name,
+                a.kind_name(),
+                crate::graph::kind_desc(p.kind)
+            ));
+        }
+        args.push(a);
+    }
+    Ok((op, args))
+}
+
+fn scalar_overload(op: Op, param: &str) -> Option<Op> {
+    let aten = op.aten();
+    let alt = if let Some(base) = aten.strip_suffix(".Tensor") {
+        format!("{base}.Scalar")
+    } else if let Some(base) = aten.strip_suffix(".Tensor_mode") {
+        format!("{base}.Scalar_mode")
+    } else if aten == "aten.pow.Tensor_Tensor" && param == "exponent" {
+        "aten.pow.Tensor_Scalar".to_string()
+    } else {
+        return None;
+    };
+    let alt = Op::from_aten(&alt)?;
+    // The scalar overload must take a scalar in the same position.
+    alt.param_index(param)?;
+    Some(alt)
+}

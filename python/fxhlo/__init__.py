@@ -1,0 +1,8 @@
+"""fxhlo: PyTorch core-ATen FX graphs -> StableHLO.
+
+The Python side writes fxjson graphs and test tensors: ``fxhlo.dump`` (``from fxhlo.dump import
+dump``; CLI ``python -m fxhlo.dump``) and ``fxhlo.models`` (the testdata model registry).
+The format is specified in docs/graph-format.md.  Importing this package does not import torch.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+//! fxhlo runtime.
