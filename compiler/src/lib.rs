@@ -2,6 +2,8 @@
 //! The `fxhlo` binary (`main.rs`) is a thin clap layer over these functions.
 #![warn(missing_docs)]
 
+pub mod opsdoc;
+
 use fxhlo_ir::read::safetensors_io::read_safetensors;
 use fxhlo_ir::{HostTensor, Model, Weights};
 use std::path::{Path, PathBuf};

@@ -49,6 +49,8 @@ enum Cmd {
         #[arg(long, requires = "rtol")]
         atol: Option<f64>,
     },
+    /// Print the op coverage table (docs/ops.md) generated from the op table.
+    Ops,
     /// Lower a model to a StableHLO module (MLIR text).
     Lower {
         /// A fxjson file, a testdata folder or a .pt2 archive.
@@ -145,6 +147,10 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 }
             }
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Cmd::Ops => {
+            print!("{}", fxhlo::opsdoc::ops_markdown());
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Lower {
             model,

@@ -286,13 +286,21 @@ impl Graph {
                     if v.node >= i {
                         return Err(self.node_err(
                             i,
-                            format!("uses node {} which does not come before it (cycle or bad order)", v.node),
+                            format!(
+                                "uses node {} which does not come before it (cycle or bad order)",
+                                v.node
+                            ),
                         ));
                     }
                     if v.index >= self.nodes[v.node].results.len() {
                         return Err(self.node_err(
                             i,
-                            format!("uses result {} of node {}, which has {}", v.index, v.node, self.nodes[v.node].results.len()),
+                            format!(
+                                "uses result {} of node {}, which has {}",
+                                v.index,
+                                v.node,
+                                self.nodes[v.node].results.len()
+                            ),
                         ));
                     }
                 }
@@ -316,40 +324,75 @@ impl Graph {
                     if n.args.len() != info.params.len() {
                         return Err(self.node_err(
                             i,
-                            format!("has {} arguments, the op takes {}", n.args.len(), info.params.len()),
+                            format!(
+                                "has {} arguments, the op takes {}",
+                                n.args.len(),
+                                info.params.len()
+                            ),
                         ));
                     }
                     for (p, a) in info.params.iter().zip(&n.args) {
                         if !p.kind.accepts(a) {
                             return Err(self.node_err(
                                 i,
-                                format!("argument `{}` is {}, expected {}", p.name, a.kind_name(), kind_desc(p.kind)),
+                                format!(
+                                    "argument `{}` is {}, expected {}",
+                                    p.name,
+                                    a.kind_name(),
+                                    kind_desc(p.kind)
+                                ),
                             ));
                         }
                     }
                     if let Results::Fixed(k) = info.results {
                         if n.results.len() != k {
-                            return Err(self.node_err(i, format!("has {} results, the op has {k}", n.results.len())));
+                            return Err(self.node_err(
+                                i,
+                                format!("has {} results, the op has {k}", n.results.len()),
+                            ));
                         }
                     }
                     let inferred = self.infer_node(i)?;
                     if inferred != n.results {
                         let show = |ts: &[TensorType]| {
-                            ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+                            ts.iter()
+                                .map(|t| t.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         };
                         return Err(self.node_err(
                             i,
-                            format!("declared result type {} but the op gives {}", show(&n.results), show(&inferred)),
+                            format!(
+                                "declared result type {} but the op gives {}",
+                                show(&n.results),
+                                show(&inferred)
+                            ),
                         ));
                     }
                 }
             }
             for t in &n.results {
-                if let Some(d) = t.shape.iter().find(|d| d.as_static().is_some_and(|x| x < 0)) {
-                    return Err(self.node_err(i, format!("result has negative dimension {d} in {}", shape_string(&t.shape))));
+                if let Some(d) = t
+                    .shape
+                    .iter()
+                    .find(|d| d.as_static().is_some_and(|x| x < 0))
+                {
+                    return Err(self.node_err(
+                        i,
+                        format!(
+                            "result has negative dimension {d} in {}",
+                            shape_string(&t.shape)
+                        ),
+                    ));
                 }
                 if t.static_shape().is_some() && t.numel().is_none() {
-                    return Err(self.node_err(i, format!("result shape {} has more elements than fit in i64", shape_string(&t.shape))));
+                    return Err(self.node_err(
+                        i,
+                        format!(
+                            "result shape {} has more elements than fit in i64",
+                            shape_string(&t.shape)
+                        ),
+                    ));
                 }
             }
         }
@@ -358,7 +401,9 @@ impl Graph {
         }
         for o in &self.outputs {
             if o.node >= self.nodes.len() || o.index >= self.nodes[o.node].results.len() {
-                return Err(IrError::Graph(format!("output refers to missing value {o:?}")));
+                return Err(IrError::Graph(format!(
+                    "output refers to missing value {o:?}"
+                )));
             }
         }
         Ok(())
@@ -399,7 +444,10 @@ impl Model {
     pub fn verify_weights(&self) -> Result<()> {
         for i in self.graph.weight_inputs() {
             let n = &self.graph.nodes[i];
-            let NodeKind::Input { target: Some(t), .. } = &n.kind else {
+            let NodeKind::Input {
+                target: Some(t), ..
+            } = &n.kind
+            else {
                 continue;
             };
             let ty = &n.results[0];
@@ -407,7 +455,9 @@ impl Model {
                 name: t.clone(),
                 msg: format!("missing (needed by input '{}' of type {ty})", n.name),
             })?;
-            let want = ty.static_shape().map(|s| s.iter().map(|&d| d as usize).collect::<Vec<_>>());
+            let want = ty
+                .static_shape()
+                .map(|s| s.iter().map(|&d| d as usize).collect::<Vec<_>>());
             if w.dtype != ty.dtype || want.as_deref() != Some(&w.shape[..]) {
                 return Err(IrError::Weight {
                     name: t.clone(),
@@ -420,7 +470,11 @@ impl Model {
             if w.bytes.len() != w.numel() * w.dtype.size_bytes() {
                 return Err(IrError::Weight {
                     name: t.clone(),
-                    msg: format!("has {} bytes, expected {}", w.bytes.len(), w.numel() * w.dtype.size_bytes()),
+                    msg: format!(
+                        "has {} bytes, expected {}",
+                        w.bytes.len(),
+                        w.numel() * w.dtype.size_bytes()
+                    ),
                 });
             }
         }

@@ -73,7 +73,10 @@ impl InferCx<'_> {
     pub fn int(&self, name: &str) -> R<i64> {
         match self.arg(name) {
             Arg::Int(n) => Ok(*n),
-            a => Err(format!("argument `{name}` must be an int, found {}", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` must be an int, found {}",
+                a.kind_name()
+            )),
         }
     }
 
@@ -90,7 +93,10 @@ impl InferCx<'_> {
         match self.arg(name) {
             Arg::Ints(v) => Ok(v.clone()),
             Arg::Int(n) => Ok(vec![*n]),
-            a => Err(format!("argument `{name}` must be an int list, found {}", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` must be an int list, found {}",
+                a.kind_name()
+            )),
         }
     }
 
@@ -106,7 +112,10 @@ impl InferCx<'_> {
     pub fn bool(&self, name: &str) -> R<bool> {
         match self.arg(name) {
             Arg::Bool(b) => Ok(*b),
-            a => Err(format!("argument `{name}` must be a bool, found {}", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` must be a bool, found {}",
+                a.kind_name()
+            )),
         }
     }
 
@@ -332,7 +341,10 @@ pub fn compare_scalar(cx: &InferCx) -> R<Vec<TensorType>> {
 /// `pow.Scalar`: scalar base, tensor exponent.
 pub fn pow_scalar_base(cx: &InferCx) -> R<Vec<TensorType>> {
     let e = cx.t("exponent")?;
-    Ok(vec![e.with_dtype(promote_scalar(e.dtype, cx.scalar_category("self")))])
+    Ok(vec![e.with_dtype(promote_scalar(
+        e.dtype,
+        cx.scalar_category("self"),
+    ))])
 }
 
 /// `where(condition, self, other)`.
@@ -402,7 +414,10 @@ pub fn mm(cx: &InferCx) -> R<Vec<TensorType>> {
             a.shape[1]
         ));
     }
-    Ok(vec![tt(a.dtype, vec![a.shape[0].clone(), b.shape[1].clone()])])
+    Ok(vec![tt(
+        a.dtype,
+        vec![a.shape[0].clone(), b.shape[1].clone()],
+    )])
 }
 
 /// `bmm(self [b, m, k], mat2 [b, k, n]) -> [b, m, n]`.
@@ -476,9 +491,11 @@ fn dims_arg(cx: &InferCx) -> R<Option<Vec<i64>>> {
 /// `sum`: integer and bool inputs accumulate in i64 unless `dtype` says otherwise.
 pub fn reduce_sum(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;
-    let d = cx
-        .dtype("dtype")
-        .unwrap_or(if t.dtype.is_float() { t.dtype } else { DType::I64 });
+    let d = cx.dtype("dtype").unwrap_or(if t.dtype.is_float() {
+        t.dtype
+    } else {
+        DType::I64
+    });
     Ok(vec![tt(
         d,
         reduce_shape(t, &dims_arg(cx)?, cx.bool("keepdim")?)?,
@@ -488,9 +505,11 @@ pub fn reduce_sum(cx: &InferCx) -> R<Vec<TensorType>> {
 /// `prod`: like `sum`.
 pub fn reduce_prod(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;
-    let d = cx
-        .dtype("dtype")
-        .unwrap_or(if t.dtype.is_float() { t.dtype } else { DType::I64 });
+    let d = cx.dtype("dtype").unwrap_or(if t.dtype.is_float() {
+        t.dtype
+    } else {
+        DType::I64
+    });
     let keep = match cx.op.param_index("keepdim") {
         Some(_) => cx.bool("keepdim")?,
         None => false,
@@ -564,7 +583,10 @@ pub fn reduce_arg(cx: &InferCx) -> R<Vec<TensorType>> {
 pub fn reduce_var(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;
     if !t.dtype.is_float() {
-        return Err(format!("input has dtype {}, expected a floating dtype", t.dtype));
+        return Err(format!(
+            "input has dtype {}, expected a floating dtype",
+            t.dtype
+        ));
     }
     Ok(vec![tt(
         t.dtype,
@@ -583,9 +605,11 @@ pub fn reduce_values_indices(cx: &InferCx) -> R<Vec<TensorType>> {
 pub fn cumsum(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;
     norm_dim(cx.int("dim")?, t.rank())?;
-    let d = cx
-        .dtype("dtype")
-        .unwrap_or(if t.dtype.is_float() { t.dtype } else { DType::I64 });
+    let d = cx.dtype("dtype").unwrap_or(if t.dtype.is_float() {
+        t.dtype
+    } else {
+        DType::I64
+    });
     Ok(vec![t.with_dtype(d)])
 }
 
@@ -608,9 +632,7 @@ pub fn resolve_view(t: &TensorType, sizes: &[i64]) -> R<Vec<i64>> {
         } else if s < 0 {
             return Err(format!("invalid size {s}"));
         } else {
-            known = known
-                .checked_mul(s)
-                .ok_or("size product overflows i64")?;
+            known = known.checked_mul(s).ok_or("size product overflows i64")?;
         }
     }
     let mut out = sizes.to_vec();
@@ -674,7 +696,11 @@ pub fn expand(cx: &InferCx) -> R<Vec<TensorType>> {
         let cur = i.checked_sub(lead).map(|j| &t.shape[j]);
         shape.push(match (cur, s) {
             (Some(c), -1) => c.clone(),
-            (None, -1) => return Err(format!("size {sizes:?}: -1 is not allowed for a new dimension")),
+            (None, -1) => {
+                return Err(format!(
+                    "size {sizes:?}: -1 is not allowed for a new dimension"
+                ))
+            }
             (_, s) if s < 0 => return Err(format!("size {sizes:?} has negative entry {s}")),
             (Some(c), s) if *c == Dim::Static(s) || *c == Dim::Static(1) => Dim::Static(s),
             (Some(Dim::Sym(_)), s) => Dim::Static(s),
@@ -769,7 +795,9 @@ pub fn select(cx: &InferCx) -> R<Vec<TensorType>> {
     let i = cx.int("index")?;
     if let Some(n) = t.shape[d].as_static() {
         if i < -n || i >= n {
-            return Err(format!("index {i} is out of range for dimension {d} of size {n}"));
+            return Err(format!(
+                "index {i} is out of range for dimension {d} of size {n}"
+            ));
         }
     }
     let mut shape = t.shape.clone();
@@ -869,7 +897,7 @@ pub fn constant_pad_nd(cx: &InferCx) -> R<Vec<TensorType>> {
 }
 
 fn pad_shape(t: &TensorType, pad: &[i64]) -> R<Vec<TensorType>> {
-    if pad.len() % 2 != 0 || pad.len() / 2 > t.rank() {
+    if !pad.len().is_multiple_of(2) || pad.len() / 2 > t.rank() {
         return Err(format!(
             "pad {pad:?} must have an even length of at most twice the rank {}",
             t.rank()
@@ -925,7 +953,9 @@ pub fn as_strided(cx: &InferCx) -> R<Vec<TensorType>> {
     let stride = cx.ints("stride")?;
     check_non_negative(&size, "size")?;
     if size.len() != stride.len() {
-        return Err(format!("size {size:?} and stride {stride:?} differ in length"));
+        return Err(format!(
+            "size {size:?} and stride {stride:?} differ in length"
+        ));
     }
     Ok(vec![st(t.dtype, &size)])
 }
@@ -993,12 +1023,22 @@ pub fn convolution(cx: &InferCx) -> R<Vec<TensorType>> {
             ));
         }
         if ws[0] % groups != 0 {
-            return Err(format!("weight {:?}: out channels not divisible by groups={groups}", ws));
+            return Err(format!(
+                "weight {:?}: out channels not divisible by groups={groups}",
+                ws
+            ));
         }
         cout = ws[0];
         out.push(cout);
         for i in 0..n {
-            out.push(window_out(xs[2 + i], ws[2 + i], stride[i], padding[i], dilation[i], false)?);
+            out.push(window_out(
+                xs[2 + i],
+                ws[2 + i],
+                stride[i],
+                padding[i],
+                dilation[i],
+                false,
+            )?);
         }
     } else {
         let op = ints_n(&cx.ints("output_padding")?, n, "output_padding")?;
@@ -1043,7 +1083,11 @@ fn pool_dims(cx: &InferCx, with_dilation: bool) -> R<(Vec<i64>, Vec<i64>)> {
     }
     let k = ints_n(&cx.ints("kernel_size")?, n, "kernel_size")?;
     let s = cx.ints("stride")?;
-    let s = if s.is_empty() { k.clone() } else { ints_n(&s, n, "stride")? };
+    let s = if s.is_empty() {
+        k.clone()
+    } else {
+        ints_n(&s, n, "stride")?
+    };
     let p = ints_n(&cx.ints("padding")?, n, "padding")?;
     let d = if with_dilation {
         ints_n(&cx.ints("dilation")?, n, "dilation")?
@@ -1126,7 +1170,11 @@ pub fn batch_norm(cx: &InferCx) -> R<Vec<TensorType>> {
     } else {
         c
     };
-    Ok(vec![x.clone(), tt(x.dtype, vec![stat.clone()]), tt(x.dtype, vec![stat])])
+    Ok(vec![
+        x.clone(),
+        tt(x.dtype, vec![stat.clone()]),
+        tt(x.dtype, vec![stat]),
+    ])
 }
 
 /// `native_layer_norm(input, normalized_shape, weight, bias, eps)`: output, mean, rstd.
@@ -1153,7 +1201,11 @@ pub fn layer_norm(cx: &InferCx) -> R<Vec<TensorType>> {
     }
     let mut stat = x.shape[..x.rank() - k].to_vec();
     stat.extend(std::iter::repeat_n(Dim::Static(1), k));
-    Ok(vec![x.clone(), tt(x.dtype, stat.clone()), tt(x.dtype, stat)])
+    Ok(vec![
+        x.clone(),
+        tt(x.dtype, stat.clone()),
+        tt(x.dtype, stat),
+    ])
 }
 
 /// `native_group_norm(input, weight, bias, N, C, HxW, group, eps)`: output, mean [N, G], rstd.
@@ -1172,10 +1224,17 @@ pub fn group_norm(cx: &InferCx) -> R<Vec<TensorType>> {
 pub fn softmax(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;
     if !t.dtype.is_float() {
-        return Err(format!("input has dtype {}, expected a floating dtype", t.dtype));
+        return Err(format!(
+            "input has dtype {}, expected a floating dtype",
+            t.dtype
+        ));
     }
     norm_dim(cx.int("dim")?, t.rank())?;
-    let d = if cx.bool("half_to_float")? { DType::F32 } else { t.dtype };
+    let d = if cx.bool("half_to_float")? {
+        DType::F32
+    } else {
+        t.dtype
+    };
     Ok(vec![t.with_dtype(d)])
 }
 
@@ -1234,7 +1293,9 @@ pub fn index(cx: &InferCx) -> R<Vec<TensorType>> {
     for (d, i) in idx.iter().enumerate() {
         if let Some(i) = i {
             if i.dtype == DType::Bool || i.dtype == DType::U8 {
-                return Err("boolean mask indices have a data-dependent shape; not supported".into());
+                return Err(
+                    "boolean mask indices have a data-dependent shape; not supported".into(),
+                );
             }
             check_index_dtype(i, &format!("index {d}"))?;
             bshape = Some(match bshape {
@@ -1297,7 +1358,9 @@ pub fn topk(cx: &InferCx) -> R<Vec<TensorType>> {
         let d = norm_dim(cx.int("dim")?, t.rank())?;
         if let Some(n) = shape[d].as_static() {
             if k < 0 || k > n {
-                return Err(format!("k={k} is out of range for dimension {d} of size {n}"));
+                return Err(format!(
+                    "k={k} is out of range for dimension {d} of size {n}"
+                ));
             }
         }
         shape[d] = Dim::Static(k);
@@ -1492,7 +1555,12 @@ pub fn grid_sampler_2d(cx: &InferCx) -> R<Vec<TensorType>> {
     }
     Ok(vec![tt(
         x.dtype,
-        vec![x.shape[0].clone(), x.shape[1].clone(), g.shape[1].clone(), g.shape[2].clone()],
+        vec![
+            x.shape[0].clone(),
+            x.shape[1].clone(),
+            g.shape[1].clone(),
+            g.shape[2].clone(),
+        ],
     )])
 }
 
@@ -1505,10 +1573,16 @@ pub fn col2im(cx: &InferCx) -> R<Vec<TensorType>> {
     let (lead, ck) = match xs.len() {
         2 => (vec![], xs[0]),
         3 => (vec![xs[0]], xs[1]),
-        _ => return Err(format!("input has shape {xs:?}, expected 2 or 3 dimensions")),
+        _ => {
+            return Err(format!(
+                "input has shape {xs:?}, expected 2 or 3 dimensions"
+            ))
+        }
     };
     if k[0] * k[1] == 0 || ck % (k[0] * k[1]) != 0 {
-        return Err(format!("{ck} columns are not divisible by the kernel size {k:?}"));
+        return Err(format!(
+            "{ck} columns are not divisible by the kernel size {k:?}"
+        ));
     }
     let mut out = lead;
     out.extend([ck / (k[0] * k[1]), os[0], os[1]]);

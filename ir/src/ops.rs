@@ -252,15 +252,42 @@ ops! {
 /// Core ATen overloads deliberately left out of the table, with the reason (listed in `docs/ops.md`).
 pub static NOT_IN_TABLE: &[(&str, &str)] = &[
     ("aten._embedding_bag.default", "not implemented yet"),
-    ("aten._fft_c2r.default", "complex results: the IR has no complex dtype yet"),
-    ("aten._fft_r2c.default", "complex results: the IR has no complex dtype yet"),
-    ("aten._local_scalar_dense.default", "returns a host Scalar, not a tensor (data-dependent control flow)"),
-    ("aten.atan2.out", "out= variant; functional graphs use aten.atan2.default"),
-    ("aten.nonzero.default", "data-dependent output shape; needs dynamic shapes"),
-    ("aten.sym_numel.default", "returns a SymInt; symbolic shapes are not supported yet"),
-    ("aten.sym_size.int", "returns a SymInt; symbolic shapes are not supported yet"),
-    ("aten.sym_storage_offset.default", "returns a SymInt; symbolic shapes are not supported yet"),
-    ("aten.sym_stride.int", "returns a SymInt; symbolic shapes are not supported yet"),
+    (
+        "aten._fft_c2r.default",
+        "complex results: the IR has no complex dtype yet",
+    ),
+    (
+        "aten._fft_r2c.default",
+        "complex results: the IR has no complex dtype yet",
+    ),
+    (
+        "aten._local_scalar_dense.default",
+        "returns a host Scalar, not a tensor (data-dependent control flow)",
+    ),
+    (
+        "aten.atan2.out",
+        "out= variant; functional graphs use aten.atan2.default",
+    ),
+    (
+        "aten.nonzero.default",
+        "data-dependent output shape; needs dynamic shapes",
+    ),
+    (
+        "aten.sym_numel.default",
+        "returns a SymInt; symbolic shapes are not supported yet",
+    ),
+    (
+        "aten.sym_size.int",
+        "returns a SymInt; symbolic shapes are not supported yet",
+    ),
+    (
+        "aten.sym_storage_offset.default",
+        "returns a SymInt; symbolic shapes are not supported yet",
+    ),
+    (
+        "aten.sym_stride.int",
+        "returns a SymInt; symbolic shapes are not supported yet",
+    ),
 ];
 
 impl Op {
@@ -327,7 +354,10 @@ mod tests {
     #[test]
     fn lookup_accepts_other_spellings() {
         assert_eq!(Op::from_aten("aten::mm"), Some(Op::Mm));
-        assert_eq!(Op::from_aten("torch.ops.aten.add.Tensor"), Some(Op::AddTensor));
+        assert_eq!(
+            Op::from_aten("torch.ops.aten.add.Tensor"),
+            Some(Op::AddTensor)
+        );
         assert_eq!(Op::from_aten("aten.add.Frobnicate"), None);
     }
 }

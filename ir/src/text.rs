@@ -163,7 +163,10 @@ fn lex_line(line: &str, lineno: usize) -> Result<Vec<Tok>> {
             lx.chars.next();
             let s = lx.take_while(is_ident);
             if s.is_empty() {
-                return Err(err(format!("expected a value name after '%' at column {}", i + 1)));
+                return Err(err(format!(
+                    "expected a value name after '%' at column {}",
+                    i + 1
+                )));
             }
             toks.push(Tok::Value(s));
         } else if c == '"' {
@@ -211,7 +214,10 @@ fn lex_line(line: &str, lineno: usize) -> Result<Vec<Tok>> {
             lx.chars.next();
             toks.push(Tok::Punct(c));
         } else {
-            return Err(err(format!("unexpected character '{c}' at column {}", i + 1)));
+            return Err(err(format!(
+                "unexpected character '{c}' at column {}",
+                i + 1
+            )));
         }
     }
     Ok(toks)
@@ -316,7 +322,9 @@ impl P<'_> {
                     Some(Tok::Ident(s)) => Dim::Sym(s),
                     _ => {
                         self.pos -= 1;
-                        return Err(self.err(format!("expected a dimension, found {}", self.describe())));
+                        return Err(
+                            self.err(format!("expected a dimension, found {}", self.describe()))
+                        );
                     }
                 });
                 if self.eat(']') {
@@ -331,7 +339,9 @@ impl P<'_> {
         Ok(match self.next() {
             Some(Tok::Value(s)) => Val::Value(s),
             Some(Tok::Str(s)) => Val::Str(s),
-            Some(Tok::Num(n)) => parse_num(&n).ok_or_else(|| self.err(format!("invalid number '{n}'")))?,
+            Some(Tok::Num(n)) => {
+                parse_num(&n).ok_or_else(|| self.err(format!("invalid number '{n}'")))?
+            }
             Some(Tok::Punct('[')) => {
                 let mut xs = vec![];
                 if !self.eat(']') {
@@ -359,7 +369,9 @@ impl P<'_> {
                     self.expect(')')?;
                     Val::Tagged(s, inner)
                 }
-                _ => Val::DType(DType::parse(&s).ok_or_else(|| self.err(format!("unknown value '{s}'")))?),
+                _ => Val::DType(
+                    DType::parse(&s).ok_or_else(|| self.err(format!("unknown value '{s}'")))?,
+                ),
             },
             _ => {
                 self.pos = self.pos.saturating_sub(1);
@@ -388,10 +400,7 @@ fn to_arg(
     kind: Option<ParamKind>,
     err: &dyn Fn(String) -> IrError,
 ) -> Result<Arg> {
-    let value = |s: &str| {
-        b.value(s)
-            .ok_or_else(|| err(format!("unknown value %{s}")))
-    };
+    let value = |s: &str| b.value(s).ok_or_else(|| err(format!("unknown value %{s}")));
     Ok(match v {
         Val::Value(s) => Arg::Tensor(value(&s)?),
         Val::None => Arg::None,
@@ -407,7 +416,8 @@ fn to_arg(
         },
         Val::List(xs) => {
             let tensors = xs.iter().any(|x| matches!(x, Val::Value(_)))
-                || (xs.is_empty() && matches!(kind, Some(ParamKind::Tensors | ParamKind::OptTensors)));
+                || (xs.is_empty()
+                    && matches!(kind, Some(ParamKind::Tensors | ParamKind::OptTensors)));
             if tensors {
                 let mut out = vec![];
                 for x in xs {
@@ -418,10 +428,18 @@ fn to_arg(
                     });
                 }
                 Arg::Tensors(out)
-            } else if xs.iter().all(|x| matches!(x, Val::Bool(_))) && (!xs.is_empty() || kind == Some(ParamKind::Bools)) {
+            } else if xs.iter().all(|x| matches!(x, Val::Bool(_)))
+                && (!xs.is_empty() || kind == Some(ParamKind::Bools))
+            {
                 Arg::Bools(xs.iter().map(|x| matches!(x, Val::Bool(true))).collect())
-            } else if xs.iter().all(|x| matches!(x, Val::Int(_))) && !(xs.is_empty() && kind == Some(ParamKind::OptFloats)) {
-                Arg::Ints(xs.iter().map(|x| if let Val::Int(n) = x { *n } else { 0 }).collect())
+            } else if xs.iter().all(|x| matches!(x, Val::Int(_)))
+                && !(xs.is_empty() && kind == Some(ParamKind::OptFloats))
+            {
+                Arg::Ints(
+                    xs.iter()
+                        .map(|x| if let Val::Int(n) = x { *n } else { 0 })
+                        .collect(),
+                )
             } else {
                 let mut out = vec![];
                 for x in xs {
@@ -448,7 +466,11 @@ pub fn parse_graph(text: &str) -> Result<Graph> {
         if toks.is_empty() {
             continue;
         }
-        let mut p = P { toks: &toks, pos: 0, line: lineno };
+        let mut p = P {
+            toks: &toks,
+            pos: 0,
+            line: lineno,
+        };
         if !started {
             if p.ident()? != "graph" || !p.eat('{') || p.peek().is_some() {
                 return Err(p.err("expected 'graph {'"));
@@ -468,7 +490,10 @@ pub fn parse_graph(text: &str) -> Result<Graph> {
             let mut outs = vec![];
             while let Some(t) = p.next() {
                 match t {
-                    Tok::Value(s) => outs.push(b.value(&s).ok_or_else(|| p.err(format!("unknown value %{s}")))?),
+                    Tok::Value(s) => outs.push(
+                        b.value(&s)
+                            .ok_or_else(|| p.err(format!("unknown value %{s}")))?,
+                    ),
                     _ => return Err(p.err("expected %value in 'return'")),
                 }
                 if p.peek().is_some() {
@@ -482,7 +507,11 @@ pub fn parse_graph(text: &str) -> Result<Graph> {
     }
     Err(IrError::Parse {
         line: text.lines().count(),
-        msg: if started { "missing closing '}'".into() } else { "empty input".into() },
+        msg: if started {
+            "missing closing '}'".into()
+        } else {
+            "empty input".into()
+        },
     })
 }
 
@@ -545,7 +574,9 @@ fn parse_node(p: &mut P, b: &mut GraphBuilder) -> Result<()> {
     let mut named: Vec<(String, Val)> = vec![];
     if !p.eat(')') {
         loop {
-            if let (Some(Tok::Ident(k)), Some(Tok::Punct('='))) = (p.peek().cloned(), p.toks.get(p.pos + 1)) {
+            if let (Some(Tok::Ident(k)), Some(Tok::Punct('='))) =
+                (p.peek().cloned(), p.toks.get(p.pos + 1))
+            {
                 p.pos += 2;
                 named.push((k, p.val()?));
             } else {
@@ -571,7 +602,11 @@ fn parse_node(p: &mut P, b: &mut GraphBuilder) -> Result<()> {
             let params = op.info().params;
             let tensor_params: Vec<_> = params.iter().filter(|p| p.kind.is_tensor()).collect();
             if positional.len() > tensor_params.len() {
-                return Err(err(format!("{target} takes {} tensor arguments, found {}", tensor_params.len(), positional.len())));
+                return Err(err(format!(
+                    "{target} takes {} tensor arguments, found {}",
+                    tensor_params.len(),
+                    positional.len()
+                )));
             }
             for (prm, v) in tensor_params.iter().zip(positional) {
                 args.push((prm.name.to_string(), to_arg(b, v, Some(prm.kind), &err)?));
@@ -620,12 +655,25 @@ mod tests {
 
     #[test]
     fn errors_name_the_line_and_problem() {
-        let bad = SMALL.replace("%mm: f32[4, 64] = aten.mm.default(%x, %t)", "%mm: f32[4, 64] = aten.mm.default(%t, %x)");
+        let bad = SMALL.replace(
+            "%mm: f32[4, 64] = aten.mm.default(%x, %t)",
+            "%mm: f32[4, 64] = aten.mm.default(%t, %x)",
+        );
         let e = parse_graph(&bad).unwrap_err().to_string();
-        assert!(e.contains("aten.mm.default") && e.contains("expected [64, _]"), "{e}");
-        let e = parse_graph("graph {\n  %y: f32[2] = aten.relu.default(%nope)\n").unwrap_err().to_string();
-        assert!(e.contains("line 2") && e.contains("unknown value %nope"), "{e}");
-        let e = parse_graph("graph {\n  %y: f32[2] = input\n  return %y\n").unwrap_err().to_string();
+        assert!(
+            e.contains("aten.mm.default") && e.contains("expected [64, _]"),
+            "{e}"
+        );
+        let e = parse_graph("graph {\n  %y: f32[2] = aten.relu.default(%nope)\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2") && e.contains("unknown value %nope"),
+            "{e}"
+        );
+        let e = parse_graph("graph {\n  %y: f32[2] = input\n  return %y\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing closing"), "{e}");
     }
 }

@@ -18,13 +18,22 @@ fn testdata() -> Vec<PathBuf> {
 #[test]
 fn every_model_reads_and_round_trips() {
     let dirs = testdata();
-    assert!(dirs.len() >= 6, "expected at least 6 testdata models, found {dirs:?}");
+    assert!(
+        dirs.len() >= 6,
+        "expected at least 6 testdata models, found {dirs:?}"
+    );
     for dir in dirs {
-        let m = read_model(&dir.join("graph.json")).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let m = read_model(&dir.join("graph.json"))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let text = print_graph(&m.graph);
         let back = parse_graph(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", dir.display()));
         assert_eq!(back, m.graph, "{}", dir.display());
-        assert!(m.graph.unsupported_ops().is_empty(), "{}: {:?}", dir.display(), m.graph.unsupported_ops());
+        assert!(
+            m.graph.unsupported_ops().is_empty(),
+            "{}: {:?}",
+            dir.display(),
+            m.graph.unsupported_ops()
+        );
     }
 }
 
@@ -37,7 +46,12 @@ fn pt2_archives_read_to_the_same_graph() {
         }
         let a = read_model(&dir.join("graph.json")).unwrap();
         let b = read_model(&pt2).unwrap_or_else(|e| panic!("{}: {e}", pt2.display()));
-        assert_eq!(print_graph(&a.graph), print_graph(&b.graph), "{}", dir.display());
+        assert_eq!(
+            print_graph(&a.graph),
+            print_graph(&b.graph),
+            "{}",
+            dir.display()
+        );
         assert_eq!(a.graph, b.graph, "{}", dir.display());
         assert_eq!(a.weights, b.weights, "{}", dir.display());
     }

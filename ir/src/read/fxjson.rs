@@ -30,15 +30,29 @@ impl Cx<'_> {
             .ok_or_else(|| self.err(at, format!("expected an object, found {}", kind(v))))
     }
 
-    fn field<'v>(&self, o: &'v serde_json::Map<String, Value>, key: &str, at: &str) -> Result<&'v Value> {
+    fn field<'v>(
+        &self,
+        o: &'v serde_json::Map<String, Value>,
+        key: &str,
+        at: &str,
+    ) -> Result<&'v Value> {
         o.get(key)
             .ok_or_else(|| self.err(at, format!("missing field `{key}`")))
     }
 
-    fn str<'v>(&self, o: &'v serde_json::Map<String, Value>, key: &str, at: &str) -> Result<&'v str> {
+    fn str<'v>(
+        &self,
+        o: &'v serde_json::Map<String, Value>,
+        key: &str,
+        at: &str,
+    ) -> Result<&'v str> {
         let v = self.field(o, key, at)?;
-        v.as_str()
-            .ok_or_else(|| self.err(&format!("{at}.{key}"), format!("expected a string, found {}", kind(v))))
+        v.as_str().ok_or_else(|| {
+            self.err(
+                &format!("{at}.{key}"),
+                format!("expected a string, found {}", kind(v)),
+            )
+        })
     }
 
     fn arr<'v>(&self, v: &'v Value, at: &str) -> Result<&'v Vec<Value>> {
@@ -58,10 +72,16 @@ impl Cx<'_> {
             .map(|(i, d)| match d {
                 Value::Number(n) => match n.as_i64() {
                     Some(x) if x >= 0 => Ok(Dim::Static(x)),
-                    _ => Err(self.err(&format!("{at}.shape[{i}]"), format!("invalid dimension {n}"))),
+                    _ => Err(self.err(
+                        &format!("{at}.shape[{i}]"),
+                        format!("invalid dimension {n}"),
+                    )),
                 },
                 Value::String(s) if !s.is_empty() => Ok(Dim::Sym(s.clone())),
-                v => Err(self.err(&format!("{at}.shape[{i}]"), format!("expected a size or a symbol, found {}", kind(v)))),
+                v => Err(self.err(
+                    &format!("{at}.shape[{i}]"),
+                    format!("expected a size or a symbol, found {}", kind(v)),
+                )),
             })
             .collect::<Result<Vec<_>>>()?;
         let t = TensorType { dtype, shape };
@@ -97,11 +117,15 @@ impl Cx<'_> {
         let (k, v) = o.iter().next().expect("one key, checked above");
         let at = format!("{at}.{k}");
         let value = |name: &Value, at: &str| -> Result<ValueRef> {
-            let n = name
-                .as_str()
-                .ok_or_else(|| self.err(at, format!("expected a value name, found {}", kind(name))))?;
-            b.value(n)
-                .ok_or_else(|| self.err(at, format!("unknown value '{n}' (not defined by an earlier input or node)")))
+            let n = name.as_str().ok_or_else(|| {
+                self.err(at, format!("expected a value name, found {}", kind(name)))
+            })?;
+            b.value(n).ok_or_else(|| {
+                self.err(
+                    at,
+                    format!("unknown value '{n}' (not defined by an earlier input or node)"),
+                )
+            })
         };
         let list = |f: &dyn Fn(&Value, &str) -> Result<()>| -> Result<()> {
             for (i, x) in self.arr(v, &at)?.iter().enumerate() {
@@ -114,13 +138,20 @@ impl Cx<'_> {
             "tensors" => {
                 let mut out = vec![];
                 for (i, x) in self.arr(v, &at)?.iter().enumerate() {
-                    out.push(if x.is_null() { None } else { Some(value(x, &format!("{at}[{i}]"))?) });
+                    out.push(if x.is_null() {
+                        None
+                    } else {
+                        Some(value(x, &format!("{at}[{i}]"))?)
+                    });
                 }
                 Arg::Tensors(out)
             }
             "int" => Arg::Int(self.int(v, &at)?),
             "float" => Arg::Float(self.float(v, &at)?),
-            "bool" => Arg::Bool(v.as_bool().ok_or_else(|| self.err(&at, "expected a boolean"))?),
+            "bool" => Arg::Bool(
+                v.as_bool()
+                    .ok_or_else(|| self.err(&at, "expected a boolean"))?,
+            ),
             "ints" => {
                 let cell = std::cell::RefCell::new(vec![]);
                 list(&|x, at| {
@@ -140,18 +171,32 @@ impl Cx<'_> {
             "bools" => {
                 let cell = std::cell::RefCell::new(vec![]);
                 list(&|x, at| {
-                    cell.borrow_mut().push(x.as_bool().ok_or_else(|| self.err(at, "expected a boolean"))?);
+                    cell.borrow_mut().push(
+                        x.as_bool()
+                            .ok_or_else(|| self.err(at, "expected a boolean"))?,
+                    );
                     Ok(())
                 })?;
                 Arg::Bools(cell.into_inner())
             }
-            "str" => Arg::Str(v.as_str().ok_or_else(|| self.err(&at, "expected a string"))?.to_string()),
+            "str" => Arg::Str(
+                v.as_str()
+                    .ok_or_else(|| self.err(&at, "expected a string"))?
+                    .to_string(),
+            ),
             "dtype" => {
-                let s = v.as_str().ok_or_else(|| self.err(&at, "expected a dtype name"))?;
-                Arg::DType(DType::parse(s).ok_or_else(|| self.err(&at, format!("unknown dtype '{s}'")))?)
+                let s = v
+                    .as_str()
+                    .ok_or_else(|| self.err(&at, "expected a dtype name"))?;
+                Arg::DType(
+                    DType::parse(s).ok_or_else(|| self.err(&at, format!("unknown dtype '{s}'")))?,
+                )
             }
             "layout" | "device" | "memory_format" => {
-                let s = v.as_str().ok_or_else(|| self.err(&at, "expected a string"))?.to_string();
+                let s = v
+                    .as_str()
+                    .ok_or_else(|| self.err(&at, "expected a string"))?
+                    .to_string();
                 match k.as_str() {
                     "layout" => Arg::Layout(s),
                     "device" => Arg::Device(s),
@@ -191,16 +236,27 @@ pub fn parse_fxjson(text: &[u8], file: &str) -> Result<(crate::Graph, Option<Str
     if version != VERSION {
         return Err(cx.err(
             "version",
-            format!("schema version {version} is not supported (this fxhlo reads version {VERSION})"),
+            format!(
+                "schema version {version} is not supported (this fxhlo reads version {VERSION})"
+            ),
         ));
     }
     let weights = match top.get("weights") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
-        Some(v) => return Err(cx.err("weights", format!("expected a file name, found {}", kind(v)))),
+        Some(v) => {
+            return Err(cx.err(
+                "weights",
+                format!("expected a file name, found {}", kind(v)),
+            ))
+        }
     };
     let mut b = GraphBuilder::default();
-    for (i, inp) in cx.arr(cx.field(top, "inputs", "top level")?, "inputs")?.iter().enumerate() {
+    for (i, inp) in cx
+        .arr(cx.field(top, "inputs", "top level")?, "inputs")?
+        .iter()
+        .enumerate()
+    {
         let at = format!("inputs[{i}]");
         let o = cx.obj(inp, &at)?;
         let name = cx.str(o, "name", &at)?;
@@ -217,9 +273,14 @@ pub fn parse_fxjson(text: &[u8], file: &str) -> Result<(crate::Graph, Option<Str
             _ => Some(cx.str(o, "target", &at)?.to_string()),
         };
         let ty = cx.ty(cx.field(o, "type", &at)?, &format!("{at}.type"))?;
-        b.input(name, kind, target, ty).map_err(|e| cx.err(&at, e))?;
+        b.input(name, kind, target, ty)
+            .map_err(|e| cx.err(&at, e))?;
     }
-    for (i, node) in cx.arr(cx.field(top, "nodes", "top level")?, "nodes")?.iter().enumerate() {
+    for (i, node) in cx
+        .arr(cx.field(top, "nodes", "top level")?, "nodes")?
+        .iter()
+        .enumerate()
+    {
         let at = format!("nodes[{i}]");
         let o = cx.obj(node, &at)?;
         let name = cx.str(o, "name", &at)?;
@@ -233,7 +294,11 @@ pub fn parse_fxjson(text: &[u8], file: &str) -> Result<(crate::Graph, Option<Str
         }
         let mut names = vec![];
         let mut types = vec![];
-        for (j, r) in cx.arr(cx.field(o, "results", &at)?, &format!("{at}.results"))?.iter().enumerate() {
+        for (j, r) in cx
+            .arr(cx.field(o, "results", &at)?, &format!("{at}.results"))?
+            .iter()
+            .enumerate()
+        {
             let rat = format!("{at}.results[{j}]");
             let ro = cx.obj(r, &rat)?;
             names.push(cx.str(ro, "name", &rat)?.to_string());
@@ -242,10 +307,19 @@ pub fn parse_fxjson(text: &[u8], file: &str) -> Result<(crate::Graph, Option<Str
         b.op(name, op, named, names, Some(types))?;
     }
     let mut outputs = vec![];
-    for (i, o) in cx.arr(cx.field(top, "outputs", "top level")?, "outputs")?.iter().enumerate() {
+    for (i, o) in cx
+        .arr(cx.field(top, "outputs", "top level")?, "outputs")?
+        .iter()
+        .enumerate()
+    {
         let at = format!("outputs[{i}]");
-        let n = o.as_str().ok_or_else(|| cx.err(&at, "expected a value name"))?;
-        outputs.push(b.value(n).ok_or_else(|| cx.err(&at, format!("unknown value '{n}'")))?);
+        let n = o
+            .as_str()
+            .ok_or_else(|| cx.err(&at, "expected a value name"))?;
+        outputs.push(
+            b.value(n)
+                .ok_or_else(|| cx.err(&at, format!("unknown value '{n}'")))?,
+        );
     }
     Ok((b.finish(outputs)?, weights))
 }

@@ -50,7 +50,10 @@ impl Archive<'_> {
         if f.size() > MAX_MEMBER {
             return Err(IrError::Format {
                 file,
-                msg: format!("member '{name}' declares {} bytes, more than the limit", f.size()),
+                msg: format!(
+                    "member '{name}' declares {} bytes, more than the limit",
+                    f.size()
+                ),
             });
         }
         let mut buf = Vec::with_capacity(f.size() as usize);
@@ -191,7 +194,10 @@ fn tensor_meta(v: &Value) -> std::result::Result<TensorType, String> {
         .get("sizes")
         .and_then(Value::as_array)
         .ok_or("tensor meta without sizes")?;
-    let shape = sizes.iter().map(sym_int).collect::<std::result::Result<Vec<_>, _>>()?;
+    let shape = sizes
+        .iter()
+        .map(sym_int)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     if shape.iter().any(|d| d.as_static().is_some_and(|x| x < 0)) {
         return Err(format!("negative size in {sizes:?}"));
     }
@@ -227,7 +233,9 @@ fn gather_view(storage: &[u8], meta: &Value) -> std::result::Result<HostTensor, 
         None => 0,
     };
     if strides.len() != sizes.len() {
-        return Err(format!("sizes {sizes:?} and strides {strides:?} differ in length"));
+        return Err(format!(
+            "sizes {sizes:?} and strides {strides:?} differ in length"
+        ));
     }
     let es = ty.dtype.size_bytes() as i64;
     let numel = sizes
@@ -246,7 +254,9 @@ fn gather_view(storage: &[u8], meta: &Value) -> std::result::Result<HostTensor, 
                 .and_then(|x| x.checked_add(max_off))
                 .ok_or("view extent overflows")?;
         }
-        let need = (max_off + 1).checked_mul(es).ok_or("view extent overflows")?;
+        let need = (max_off + 1)
+            .checked_mul(es)
+            .ok_or("view extent overflows")?;
         if offset < 0 || need as u128 > storage.len() as u128 {
             return Err(format!(
                 "view needs {need} bytes of storage (sizes {sizes:?}, strides {strides:?}, offset {offset}) but the file has {}",
@@ -298,14 +308,24 @@ fn convert_arg(b: &GraphBuilder, v: &Value) -> std::result::Result<Arg, String> 
             .get("name")
             .and_then(Value::as_str)
             .ok_or_else(|| format!("tensor argument {t} has no name"))?;
-        b.value(name)
-            .ok_or_else(|| format!("unknown value '{name}' (not defined by an earlier input or node)"))
+        b.value(name).ok_or_else(|| {
+            format!("unknown value '{name}' (not defined by an earlier input or node)")
+        })
     };
-    let list = |x: &Value| x.as_array().cloned().ok_or_else(|| format!("`{k}` is not a list"));
+    let list = |x: &Value| {
+        x.as_array()
+            .cloned()
+            .ok_or_else(|| format!("`{k}` is not a list"))
+    };
     Ok(match k {
         "as_none" => Arg::None,
         "as_tensor" => Arg::Tensor(tensor(x)?),
-        "as_tensors" => Arg::Tensors(list(x)?.iter().map(|t| tensor(t).map(Some)).collect::<std::result::Result<_, _>>()?),
+        "as_tensors" => Arg::Tensors(
+            list(x)?
+                .iter()
+                .map(|t| tensor(t).map(Some))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
         "as_optional_tensors" => Arg::Tensors(
             list(x)?
                 .iter()
@@ -317,7 +337,12 @@ fn convert_arg(b: &GraphBuilder, v: &Value) -> std::result::Result<Arg, String> 
                 .collect::<std::result::Result<_, _>>()?,
         ),
         "as_int" => Arg::Int(x.as_i64().ok_or_else(|| format!("invalid int {x}"))?),
-        "as_ints" => Arg::Ints(list(x)?.iter().map(|n| n.as_i64().ok_or_else(|| format!("invalid int {n}"))).collect::<std::result::Result<_, _>>()?),
+        "as_ints" => Arg::Ints(
+            list(x)?
+                .iter()
+                .map(|n| n.as_i64().ok_or_else(|| format!("invalid int {n}")))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
         "as_sym_int" => match sym_int(x)? {
             Dim::Static(n) => Arg::Int(n),
             Dim::Sym(s) => return Err(format!("symbolic int argument '{s}' is not supported yet")),
@@ -332,24 +357,54 @@ fn convert_arg(b: &GraphBuilder, v: &Value) -> std::result::Result<Arg, String> 
                 .collect::<std::result::Result<_, _>>()?,
         ),
         "as_float" => Arg::Float(float(x).ok_or_else(|| format!("invalid float {x}"))?),
-        "as_floats" => Arg::Floats(list(x)?.iter().map(|f| float(f).ok_or_else(|| format!("invalid float {f}"))).collect::<std::result::Result<_, _>>()?),
+        "as_floats" => Arg::Floats(
+            list(x)?
+                .iter()
+                .map(|f| float(f).ok_or_else(|| format!("invalid float {f}")))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
         "as_bool" => Arg::Bool(x.as_bool().ok_or_else(|| format!("invalid bool {x}"))?),
-        "as_bools" => Arg::Bools(list(x)?.iter().map(|f| f.as_bool().ok_or_else(|| format!("invalid bool {f}"))).collect::<std::result::Result<_, _>>()?),
-        "as_string" => Arg::Str(x.as_str().ok_or_else(|| format!("invalid string {x}"))?.to_string()),
+        "as_bools" => Arg::Bools(
+            list(x)?
+                .iter()
+                .map(|f| f.as_bool().ok_or_else(|| format!("invalid bool {f}")))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
+        "as_string" => Arg::Str(
+            x.as_str()
+                .ok_or_else(|| format!("invalid string {x}"))?
+                .to_string(),
+        ),
         "as_scalar_type" => {
             let c = x.as_i64().ok_or_else(|| format!("invalid dtype {x}"))?;
-            Arg::DType(DType::from_scalar_type(c).ok_or_else(|| format!("dtype code {c} is not supported"))?)
+            Arg::DType(
+                DType::from_scalar_type(c)
+                    .ok_or_else(|| format!("dtype code {c} is not supported"))?,
+            )
         }
         "as_layout" => {
             let c = x.as_i64().ok_or_else(|| format!("invalid layout {x}"))?;
-            Arg::Layout(layout_name(c).ok_or_else(|| format!("unknown layout code {c}"))?.to_string())
+            Arg::Layout(
+                layout_name(c)
+                    .ok_or_else(|| format!("unknown layout code {c}"))?
+                    .to_string(),
+            )
         }
         "as_memory_format" => {
-            let c = x.as_i64().ok_or_else(|| format!("invalid memory format {x}"))?;
-            Arg::MemoryFormat(memory_format_name(c).ok_or_else(|| format!("unknown memory format code {c}"))?.to_string())
+            let c = x
+                .as_i64()
+                .ok_or_else(|| format!("invalid memory format {x}"))?;
+            Arg::MemoryFormat(
+                memory_format_name(c)
+                    .ok_or_else(|| format!("unknown memory format code {c}"))?
+                    .to_string(),
+            )
         }
         "as_device" => {
-            let ty = x.get("type").and_then(Value::as_str).ok_or_else(|| format!("invalid device {x}"))?;
+            let ty = x
+                .get("type")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("invalid device {x}"))?;
             Arg::Device(match x.get("index").and_then(Value::as_i64) {
                 Some(i) => format!("{ty}:{i}"),
                 None => ty.to_string(),
@@ -360,7 +415,11 @@ fn convert_arg(b: &GraphBuilder, v: &Value) -> std::result::Result<Arg, String> 
 }
 
 /// Ops that only assert metadata and produce nothing; the verifier checks types anyway.
-const ASSERTIONS: &[&str] = &["aten._assert_tensor_metadata.default", "aten._assert_async.msg", "aten._assert_scalar.default"];
+const ASSERTIONS: &[&str] = &[
+    "aten._assert_tensor_metadata.default",
+    "aten._assert_async.msg",
+    "aten._assert_scalar.default",
+];
 
 /// Reads a `.pt2` archive from its bytes; `file` names it in errors.
 pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
@@ -368,12 +427,19 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
         file: file.to_string(),
         msg: format!("not a readable .pt2 (zip) archive: {e}"),
     })?;
-    let mut ar = Archive { zip, file: file.to_string() };
+    let mut ar = Archive {
+        zip,
+        file: file.to_string(),
+    };
     let names = ar.names();
     let model_json = names
         .iter()
         .find(|n| n.ends_with("/models/model.json"))
-        .or_else(|| names.iter().find(|n| n.contains("/models/") && n.ends_with(".json")))
+        .or_else(|| {
+            names
+                .iter()
+                .find(|n| n.contains("/models/") && n.ends_with(".json"))
+        })
         .cloned()
         .ok_or_else(|| ar.err("no models/*.json member: not a torch.export archive"))?;
     let prefix = model_json[..model_json.find("/models/").unwrap_or(0)].to_string();
@@ -382,7 +448,10 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
     let mut weights = Weights::new();
     let mut cache: HashMap<String, Vec<u8>> = HashMap::new();
     let mut storage_of: HashMap<String, (String, String)> = HashMap::new();
-    for (dir, cfg_name) in [("weights", "model_weights_config.json"), ("constants", "model_constants_config.json")] {
+    for (dir, cfg_name) in [
+        ("weights", "model_weights_config.json"),
+        ("constants", "model_constants_config.json"),
+    ] {
         let cfg_path = format!("{prefix}/data/{dir}/{cfg_name}");
         if !names.contains(&cfg_path) {
             continue;
@@ -393,18 +462,27 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
             .and_then(Value::as_object)
             .ok_or_else(|| ar.err(format!("{cfg_path}: missing `config` object")))?;
         for (fqn, e) in entries {
-            let werr = |msg: String| IrError::Weight { name: fqn.clone(), msg };
+            let werr = |msg: String| IrError::Weight {
+                name: fqn.clone(),
+                msg,
+            };
             if e.get("use_pickle").and_then(Value::as_bool) == Some(true) {
                 return Err(werr("stored as a pickle, which fxhlo does not read".into()));
             }
-            let path = e.get("path_name").and_then(Value::as_str).ok_or_else(|| werr(format!("{cfg_path}: no path_name")))?;
-            let meta = e.get("tensor_meta").ok_or_else(|| werr(format!("{cfg_path}: no tensor_meta")))?;
+            let path = e
+                .get("path_name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| werr(format!("{cfg_path}: no path_name")))?;
+            let meta = e
+                .get("tensor_meta")
+                .ok_or_else(|| werr(format!("{cfg_path}: no tensor_meta")))?;
             let member = format!("{prefix}/data/{dir}/{path}");
             if !cache.contains_key(&member) {
                 let data = ar.read(&member).map_err(|e| werr(e.to_string()))?;
                 cache.insert(member.clone(), data);
             }
-            let t = gather_view(&cache[&member], meta).map_err(|m| werr(format!("{member}: {m}")))?;
+            let t =
+                gather_view(&cache[&member], meta).map_err(|m| werr(format!("{member}: {m}")))?;
             weights.insert(fqn.clone(), t);
             storage_of.insert(fqn.clone(), (member, meta.to_string()));
         }
@@ -455,14 +533,22 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
 
     // Inputs, in graph order, classified by the signature.
     let mut b = GraphBuilder::default();
-    for (i, spec) in arr(sig.get("input_specs"), "signature.input_specs")?.iter().enumerate() {
-        let (kind, body) = one_key(spec).ok_or_else(|| ar.err(at(&format!("input_specs[{i}] is not a union"))))?;
+    for (i, spec) in arr(sig.get("input_specs"), "signature.input_specs")?
+        .iter()
+        .enumerate()
+    {
+        let (kind, body) =
+            one_key(spec).ok_or_else(|| ar.err(at(&format!("input_specs[{i}] is not a union"))))?;
         let (ik, name, target) = match kind {
             "user_input" => {
                 let name = body
                     .pointer("/arg/as_tensor/name")
                     .and_then(Value::as_str)
-                    .ok_or_else(|| ar.err(at(&format!("input_specs[{i}]: user inputs other than tensors are not supported"))))?;
+                    .ok_or_else(|| {
+                        ar.err(at(&format!(
+                            "input_specs[{i}]: user inputs other than tensors are not supported"
+                        )))
+                    })?;
                 (InputKind::User, name, None)
             }
             "parameter" | "buffer" | "tensor_constant" => {
@@ -483,10 +569,18 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
                         n,
                         Some(canonical(t.to_string())),
                     ),
-                    _ => return Err(ar.err(at(&format!("input_specs[{i}] ({kind}) lacks arg.name or {key}")))),
+                    _ => {
+                        return Err(ar.err(at(&format!(
+                            "input_specs[{i}] ({kind}) lacks arg.name or {key}"
+                        ))))
+                    }
                 }
             }
-            other => return Err(ar.err(at(&format!("input_specs[{i}]: input kind '{other}' is not supported")))),
+            other => {
+                return Err(ar.err(at(&format!(
+                    "input_specs[{i}]: input kind '{other}' is not supported"
+                ))))
+            }
         };
         b.input(name, ik, target, ty_of(name)?)?;
     }
@@ -511,13 +605,23 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
                 tracing::debug!(node = %name, "dropping assertion node {target}");
                 continue;
             }
-            return Err(nerr("node has no outputs (side effects are not supported)".into()));
+            return Err(nerr(
+                "node has no outputs (side effects are not supported)".into(),
+            ));
         }
         let mut named = vec![];
         for inp in arr(n.get("inputs"), &format!("nodes[{i}].inputs"))? {
-            let k = inp.get("name").and_then(Value::as_str).ok_or_else(|| nerr("an input has no name".into()))?;
-            let a = inp.get("arg").ok_or_else(|| nerr(format!("input `{k}` has no arg")))?;
-            named.push((k.to_string(), convert_arg(&b, a).map_err(|m| nerr(format!("argument `{k}`: {m}")))?));
+            let k = inp
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| nerr("an input has no name".into()))?;
+            let a = inp
+                .get("arg")
+                .ok_or_else(|| nerr(format!("input `{k}` has no arg")))?;
+            named.push((
+                k.to_string(),
+                convert_arg(&b, a).map_err(|m| nerr(format!("argument `{k}`: {m}")))?,
+            ));
         }
         // `as_none` results (masked-off gradients) have no tensor meta: infer all types then.
         let mut result_names = vec![];
@@ -532,7 +636,10 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
             match one_key(o) {
                 Some(("as_tensor", t)) => result_names.push(name_of(t)?),
                 Some(("as_tensors", ts)) => {
-                    for t in ts.as_array().ok_or_else(|| nerr("as_tensors output is not a list".into()))? {
+                    for t in ts
+                        .as_array()
+                        .ok_or_else(|| nerr("as_tensors output is not a list".into()))?
+                    {
                         result_names.push(name_of(t)?);
                     }
                 }
@@ -540,19 +647,31 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
                     has_none = true;
                     result_names.push(format!("{name}_none_{j}"));
                 }
-                _ => return Err(nerr(format!("output {j} ({o}) is not a tensor; non-tensor results are not supported"))),
+                _ => {
+                    return Err(nerr(format!(
+                        "output {j} ({o}) is not a tensor; non-tensor results are not supported"
+                    )))
+                }
             }
         }
         let declared = if has_none {
             None
         } else {
-            Some(result_names.iter().map(|r| ty_of(r)).collect::<Result<Vec<_>>>()?)
+            Some(
+                result_names
+                    .iter()
+                    .map(|r| ty_of(r))
+                    .collect::<Result<Vec<_>>>()?,
+            )
         };
         b.op(&name, target, named, result_names, declared)?;
     }
 
     let mut outputs = vec![];
-    for (i, spec) in arr(sig.get("output_specs"), "signature.output_specs")?.iter().enumerate() {
+    for (i, spec) in arr(sig.get("output_specs"), "signature.output_specs")?
+        .iter()
+        .enumerate()
+    {
         match one_key(spec) {
             Some(("user_output", body)) => {
                 let name = body

@@ -1,0 +1,74 @@
+//! Errors of the runtime crate.
+
+use thiserror::Error;
+
+/// Everything that can go wrong while running a model.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum RuntimeError {
+    /// A user input of the graph was not passed.
+    #[error("missing input '{0}'")]
+    MissingInput(String),
+    /// An input was passed that the graph does not have.
+    #[error("unexpected input '{name}' (the graph's inputs are: {expected})")]
+    UnexpectedInput {
+        /// The name passed.
+        name: String,
+        /// The graph's user inputs, comma-separated.
+        expected: String,
+    },
+    /// An input's shape or dtype differs from the graph's declaration.
+    #[error("input '{name}' has shape {found} and dtype {found_dtype}, expected {expected}")]
+    InputType {
+        /// The input's name.
+        name: String,
+        /// The shape passed (`[2, 3]`).
+        found: String,
+        /// The dtype passed.
+        found_dtype: String,
+        /// The declared shape and dtype (`[4, 32] f32`).
+        expected: String,
+    },
+    /// An input's bytes do not match its shape and dtype.
+    #[error("input '{name}' {msg}")]
+    InputBytes {
+        /// The input's name.
+        name: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A weight (parameter, buffer or constant) is missing or does not match its input node.
+    #[error("weight '{name}': {msg}")]
+    Weight {
+        /// Target name of the weight.
+        name: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A node failed: names the node, its op and what went wrong.
+    #[error("node {index} '{name}' ({op}): {msg}")]
+    Node {
+        /// Position of the node in the graph.
+        index: usize,
+        /// The node's name.
+        name: String,
+        /// The op's ATen name.
+        op: String,
+        /// What went wrong.
+        msg: String,
+    },
+    /// A bug in the interpreter itself (a panic caught, or a result of the wrong type).
+    #[error("node {index} '{name}' ({op}): internal error in the reference interpreter: {msg}")]
+    Internal {
+        /// Position of the node in the graph.
+        index: usize,
+        /// The node's name.
+        name: String,
+        /// The op's ATen name.
+        op: String,
+        /// What went wrong.
+        msg: String,
+    },
+    /// A problem with the graph as a whole.
+    #[error("graph: {0}")]
+    Graph(String),
+}

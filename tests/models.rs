@@ -1,0 +1,58 @@
+//! Every testdata model, read from fxjson and (where saved) from `.pt2`, runs in the reference
+//! interpreter within its stated tolerance of PyTorch eager; its IR text is snapshot-tested.
+
+use fxhlo::{check_case, load_case};
+use std::path::PathBuf;
+
+fn testdata() -> Vec<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("graph.json").exists())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn models_match_eager_in_the_reference_interpreter() {
+    let mut failures = vec![];
+    let mut checked = 0;
+    for dir in testdata() {
+        for file in ["graph.json", "model.pt2"] {
+            let path = dir.join(file);
+            if !path.exists() {
+                continue;
+            }
+            let case = load_case(&dir, Some(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let results = check_case(&case, None).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            checked += 1;
+            for c in results {
+                if !c.ok() {
+                    failures.push(format!(
+                        "{}: {} max_abs {:.3e} max_rel {:.3e} bad {}/{} {}",
+                        path.display(),
+                        c.name,
+                        c.max_abs,
+                        c.max_rel,
+                        c.bad,
+                        c.numel,
+                        c.mismatch.unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} model files checked");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn ir_text_snapshots() {
+    for dir in testdata() {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let m = fxhlo::load_model(&dir.join("graph.json")).unwrap();
+        insta::assert_snapshot!(format!("ir_{name}"), fxhlo_ir::text::print_graph(&m.graph));
+    }
+}
