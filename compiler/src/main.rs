@@ -49,6 +49,35 @@ enum Cmd {
         #[arg(long, requires = "rtol")]
         atol: Option<f64>,
     },
+    /// Optimize a model with a pass pipeline and print the resulting IR.
+    Opt {
+        /// A fxjson file, a testdata folder or a .pt2 archive.
+        model: PathBuf,
+        /// Optimization level (0, 1 or 2).
+        #[arg(short = 'O', default_value_t = 1)]
+        level: u8,
+        /// Run these passes instead of a level's pipeline (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        passes: Option<Vec<String>>,
+        /// Print the IR to standard error after this pass (repeatable).
+        #[arg(long)]
+        print_after: Vec<String>,
+        /// Print the IR to standard error after every pass.
+        #[arg(long)]
+        print_after_all: bool,
+        /// Verify the graph after every pass (always on in debug builds).
+        #[arg(long)]
+        verify_each: bool,
+        /// Print each pass's time to standard error.
+        #[arg(long)]
+        time_passes: bool,
+        /// Print op counts before and after to standard error.
+        #[arg(long)]
+        stats: bool,
+        /// Output file for the IR text (`-` for standard output).
+        #[arg(short, long, default_value = "-")]
+        output: PathBuf,
+    },
     /// Print the op coverage table (docs/ops.md) generated from the op table.
     Ops,
     /// Lower a model to a StableHLO module (MLIR text).
@@ -147,6 +176,47 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 }
             }
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Cmd::Opt {
+            model,
+            level,
+            passes,
+            print_after,
+            print_after_all,
+            verify_each,
+            time_passes,
+            stats,
+            output,
+        } => {
+            let mut m = load_model(&model)?;
+            let mut pm = match passes {
+                Some(names) => {
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    fxhlo_passes::PassManager::from_names(&names).map_err(DriverError::Other)?
+                }
+                None => fxhlo_passes::PassManager::for_level(level),
+            };
+            pm.verify_each |= verify_each;
+            pm.print_after = print_after;
+            if print_after_all {
+                pm.print_after.push("*".into());
+            }
+            let before = m.graph.nodes.len() - m.graph.user_inputs().len() - m.graph.weight_inputs().len();
+            let mut cx = fxhlo_passes::Cx::default();
+            pm.run(&mut m.graph, &mut cx, &mut |name, g| {
+                eprintln!("// ----- IR after {name} -----\n{}", fxhlo_ir::text::print_graph(g));
+            })?;
+            if time_passes {
+                for (name, t, changed) in &cx.timings {
+                    eprintln!("{:>10.3} ms  {name}{}", t.as_secs_f64() * 1e3, if *changed { "" } else { "  (no change)" });
+                }
+            }
+            if stats {
+                let after = m.graph.nodes.len() - m.graph.user_inputs().len() - m.graph.weight_inputs().len();
+                eprintln!("ops: {before} before, {after} after");
+            }
+            write_text(&output, &fxhlo_ir::text::print_graph(&m.graph))?;
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Ops => {
             print!("{}", fxhlo::opsdoc::ops_markdown());
