@@ -33,8 +33,22 @@ fn fmt_float(x: f64) -> String {
     }
 }
 
+/// A name as written in the text: bare when it is a simple identifier, quoted otherwise.
+fn fmt_name(name: &str) -> String {
+    let simple = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(is_ident);
+    if simple {
+        name.to_string()
+    } else {
+        format!("{name:?}")
+    }
+}
+
 fn fmt_arg(g: &Graph, a: &Arg) -> String {
-    let v = |r: &ValueRef| format!("%{}", g.value_name(*r));
+    let v = |r: &ValueRef| format!("%{}", fmt_name(g.value_name(*r)));
     let join = |xs: Vec<String>| format!("[{}]", xs.join(", "));
     match a {
         Arg::None => "none".into(),
@@ -64,13 +78,13 @@ pub fn print_graph(g: &Graph) -> String {
     for n in &g.nodes {
         out.push_str("  ");
         if n.result_names.first() != Some(&n.name) {
-            let _ = write!(out, "{}: ", n.name);
+            let _ = write!(out, "{}: ", fmt_name(&n.name));
         }
         let results: Vec<String> = n
             .result_names
             .iter()
             .zip(&n.results)
-            .map(|(r, t)| format!("%{r}: {t}"))
+            .map(|(r, t)| format!("%{}: {t}", fmt_name(r)))
             .collect();
         out.push_str(&results.join(", "));
         out.push_str(" = ");
@@ -109,7 +123,7 @@ pub fn print_graph(g: &Graph) -> String {
                 let parts: Vec<String> = arg_names
                     .iter()
                     .zip(&n.args)
-                    .map(|(k, a)| format!("{k}={}", fmt_arg(g, a)))
+                    .map(|(k, a)| format!("{}={}", fmt_name(k), fmt_arg(g, a)))
                     .collect();
                 let _ = write!(out, "unsupported {target:?}({})", parts.join(", "));
             }
@@ -119,7 +133,7 @@ pub fn print_graph(g: &Graph) -> String {
     let outs: Vec<String> = g
         .outputs
         .iter()
-        .map(|o| format!("%{}", g.value_name(*o)))
+        .map(|o| format!("%{}", fmt_name(g.value_name(*o))))
         .collect();
     let _ = writeln!(out, "  return {}", outs.join(", "));
     out.push_str("}\n");
@@ -161,6 +175,14 @@ fn lex_line(line: &str, lineno: usize) -> Result<Vec<Tok>> {
             break;
         } else if c == '%' {
             lx.chars.next();
+            if let Some(&(_, '"')) = lx.chars.peek() {
+                lx.chars.next();
+                let s = lx
+                    .string()
+                    .ok_or_else(|| err("unterminated string".into()))?;
+                toks.push(Tok::Value(s));
+                continue;
+            }
             let s = lx.take_while(is_ident);
             if s.is_empty() {
                 return Err(err(format!(
@@ -171,25 +193,9 @@ fn lex_line(line: &str, lineno: usize) -> Result<Vec<Tok>> {
             toks.push(Tok::Value(s));
         } else if c == '"' {
             lx.chars.next();
-            let mut s = String::new();
-            let mut closed = false;
-            while let Some((_, c)) = lx.chars.next() {
-                match c {
-                    '"' => {
-                        closed = true;
-                        break;
-                    }
-                    '\\' => match lx.chars.next() {
-                        Some((_, 'n')) => s.push('\n'),
-                        Some((_, c)) => s.push(c),
-                        None => break,
-                    },
-                    c => s.push(c),
-                }
-            }
-            if !closed {
-                return Err(err("unterminated string".into()));
-            }
+            let s = lx
+                .string()
+                .ok_or_else(|| err("unterminated string".into()))?;
             toks.push(Tok::Str(s));
         } else if c.is_ascii_digit() || c == '-' {
             let start = i;
@@ -224,6 +230,34 @@ fn lex_line(line: &str, lineno: usize) -> Result<Vec<Tok>> {
 }
 
 impl Lexer<'_> {
+    /// Reads a string body after its opening quote (Rust escapes: `\"`, `\\`, `\n`, `\t`,
+    /// `\u{..}`); `None` if it never closes.
+    fn string(&mut self) -> Option<String> {
+        let mut s = String::new();
+        while let Some((_, c)) = self.chars.next() {
+            match c {
+                '"' => return Some(s),
+                '\\' => match self.chars.next()?.1 {
+                    'n' => s.push('\n'),
+                    't' => s.push('\t'),
+                    'r' => s.push('\r'),
+                    '0' => s.push('\0'),
+                    'u' => {
+                        if self.chars.next()?.1 != '{' {
+                            return None;
+                        }
+                        let hex = self.take_while(|c| c != '}');
+                        self.chars.next();
+                        s.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                    }
+                    c => s.push(c),
+                },
+                c => s.push(c),
+            }
+        }
+        None
+    }
+
     fn take_while(&mut self, f: impl Fn(char) -> bool) -> String {
         let mut s = String::new();
         while let Some(&(_, c)) = self.chars.peek() {
@@ -517,7 +551,9 @@ pub fn parse_graph(text: &str) -> Result<Graph> {
 
 fn parse_node(p: &mut P, b: &mut GraphBuilder) -> Result<()> {
     let mut node_name = None;
-    if let (Some(Tok::Ident(n)), Some(Tok::Punct(':'))) = (p.toks.first(), p.toks.get(1)) {
+    if let (Some(Tok::Ident(n) | Tok::Str(n)), Some(Tok::Punct(':'))) =
+        (p.toks.first(), p.toks.get(1))
+    {
         node_name = Some(n.clone());
         p.pos = 2;
     }
@@ -574,7 +610,7 @@ fn parse_node(p: &mut P, b: &mut GraphBuilder) -> Result<()> {
     let mut named: Vec<(String, Val)> = vec![];
     if !p.eat(')') {
         loop {
-            if let (Some(Tok::Ident(k)), Some(Tok::Punct('='))) =
+            if let (Some(Tok::Ident(k) | Tok::Str(k)), Some(Tok::Punct('='))) =
                 (p.peek().cloned(), p.toks.get(p.pos + 1))
             {
                 p.pos += 2;
@@ -651,6 +687,15 @@ mod tests {
         let printed = print_graph(&g);
         assert_eq!(printed, SMALL);
         assert_eq!(parse_graph(&printed).unwrap(), g);
+    }
+
+    #[test]
+    fn odd_names_are_quoted() {
+        let src = "graph {\n  %\"a b\": f32[2] = input\n  \"9n\": %\"x]\\\"y\": f32[2] = aten.relu.default(%\"a b\")\n  return %\"x]\\\"y\"\n}\n";
+        let g = parse_graph(src).unwrap();
+        assert_eq!(g.nodes[1].name, "9n");
+        assert_eq!(g.nodes[1].result_names[0], "x]\"y");
+        assert_eq!(print_graph(&g), src);
     }
 
     #[test]

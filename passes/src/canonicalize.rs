@@ -38,7 +38,9 @@ fn identity_input(g: &Graph, i: usize, op: Op) -> Option<ValueRef> {
         Op::Permute => match arg(g, i, "dims") {
             Arg::Ints(d) => {
                 let r = d.len() as i64;
-                d.iter().enumerate().all(|(k, &p)| (p + r) % r.max(1) == k as i64)
+                d.iter()
+                    .enumerate()
+                    .all(|(k, &p)| (p + r) % r.max(1) == k as i64)
             }
             _ => false,
         },
@@ -66,7 +68,9 @@ impl Pass for Canonicalize {
                 continue;
             }
             // view(view(x)) -> view(x); permute(permute(x)) -> permute(x)
-            let Some(x) = tensor(g, i, "self") else { continue };
+            let Some(x) = tensor(g, i, "self") else {
+                continue;
+            };
             let inner = &g.nodes[x.node];
             match (op, inner.op()) {
                 (Op::View, Some(Op::View)) => {
@@ -75,12 +79,18 @@ impl Pass for Canonicalize {
                     changed = true;
                 }
                 (Op::Permute, Some(Op::Permute)) => {
-                    let (Arg::Ints(outer), Arg::Ints(inn)) = (arg(g, i, "dims"), inner.args[1].clone()) else {
+                    let (Arg::Ints(outer), Arg::Ints(inn)) =
+                        (arg(g, i, "dims"), inner.args[1].clone())
+                    else {
                         continue;
                     };
                     let r = inn.len() as i64;
                     let norm = |d: i64| ((d + r) % r.max(1)) as usize;
-                    let composed: Vec<i64> = outer.iter().map(|&d| inn[norm(d)]).map(|d| norm(d) as i64).collect();
+                    let composed: Vec<i64> = outer
+                        .iter()
+                        .map(|&d| inn[norm(d)])
+                        .map(|d| norm(d) as i64)
+                        .collect();
                     let src = inner.args[0].clone();
                     g.nodes[i].args = vec![src, Arg::Ints(composed)];
                     changed = true;
@@ -124,8 +134,14 @@ mod tests {
     #[test]
     fn folds_view_and_permute_chains() {
         let out = canon("graph {\n  %x: f32[2, 3, 4] = input\n  %a: f32[6, 4] = aten.view.default(%x, size=[6, 4])\n  %b: f32[24] = aten.view.default(%a, size=[24])\n  %p: f32[3, 4, 2] = aten.permute.default(%x, dims=[1, 2, 0])\n  %q: f32[2, 4, 3] = aten.permute.default(%p, dims=[2, 1, 0])\n  return %b, %q\n}\n");
-        assert!(out.contains("%b: f32[24] = aten.view.default(%x, size=[24])"), "{out}");
-        assert!(out.contains("%q: f32[2, 4, 3] = aten.permute.default(%x, dims=[0, 2, 1])"), "{out}");
+        assert!(
+            out.contains("%b: f32[24] = aten.view.default(%x, size=[24])"),
+            "{out}"
+        );
+        assert!(
+            out.contains("%q: f32[2, 4, 3] = aten.permute.default(%x, dims=[0, 2, 1])"),
+            "{out}"
+        );
         assert!(!out.contains("%a:") && !out.contains("%p:"), "{out}");
     }
 }

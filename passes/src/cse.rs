@@ -12,7 +12,12 @@ pub struct Cse;
 pub fn is_random(op: Op) -> bool {
     matches!(
         op,
-        Op::Rand | Op::Randn | Op::Randperm | Op::NativeDropout | Op::EmptyMemoryFormat | Op::EmptyStrided
+        Op::Rand
+            | Op::Randn
+            | Op::Randperm
+            | Op::NativeDropout
+            | Op::EmptyMemoryFormat
+            | Op::EmptyStrided
     )
 }
 
@@ -36,7 +41,11 @@ impl Pass for Cse {
             match seen.get(&key) {
                 Some(&first) => {
                     for r in 0..g.nodes[i].results.len() {
-                        crate::rewrite::replace_all_uses(g, ValueRef::new(i, r), ValueRef::new(first, r));
+                        crate::rewrite::replace_all_uses(
+                            g,
+                            ValueRef::new(i, r),
+                            ValueRef::new(first, r),
+                        );
                     }
                     changed = true;
                 }

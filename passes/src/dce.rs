@@ -50,7 +50,10 @@ mod tests {
         .unwrap();
         assert!(Dce.run(&mut g, &mut Cx::default()).unwrap());
         let text = print_graph(&g);
-        assert!(!text.contains("aten.neg") && text.contains("%unused"), "{text}");
+        assert!(
+            !text.contains("aten.neg") && text.contains("%unused"),
+            "{text}"
+        );
         g.verify().unwrap();
         assert!(!Dce.run(&mut g, &mut Cx::default()).unwrap());
     }

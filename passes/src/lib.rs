@@ -101,7 +101,10 @@ impl PassManager {
             any |= changed;
             if self.verify_each {
                 graph.verify().map_err(|e| {
-                    IrError::Graph(format!("the graph is invalid after pass '{}': {e}", p.name()))
+                    IrError::Graph(format!(
+                        "the graph is invalid after pass '{}': {e}",
+                        p.name()
+                    ))
                 })?;
             }
             if self.print_after.iter().any(|n| n == "*" || n == p.name()) {

@@ -33,7 +33,10 @@ pub fn retain_nodes(g: &mut Graph, keep: &[bool]) {
         }
     }
     let remap = |v: &mut ValueRef| {
-        debug_assert!(new_index[v.node] != usize::MAX, "a kept node uses a removed one");
+        debug_assert!(
+            new_index[v.node] != usize::MAX,
+            "a kept node uses a removed one"
+        );
         v.node = new_index[v.node];
     };
     let old = std::mem::take(&mut g.nodes);

@@ -6,3 +6,8 @@ The format is specified in docs/graph-format.md.  Importing this package does no
 """
 
 __version__ = "0.1.0"
+
+try:  # the Rust extension, present when the package is installed (maturin build)
+    from ._native import inspect, run_reference, supported_ops  # noqa: F401
+except ImportError:  # running from a source checkout without the extension
+    pass

@@ -27,6 +27,7 @@ const MAX_MEMBER: u64 = 16 << 30;
 struct Archive<'a> {
     zip: zip::ZipArchive<std::io::Cursor<&'a [u8]>>,
     file: String,
+    len: usize,
 }
 
 impl Archive<'_> {
@@ -56,11 +57,22 @@ impl Archive<'_> {
                 ),
             });
         }
-        let mut buf = Vec::with_capacity(f.size() as usize);
-        f.read_to_end(&mut buf).map_err(|e| IrError::Format {
-            file,
-            msg: format!("member '{name}' is corrupt or truncated: {e}"),
-        })?;
+        // Never trust the declared size for the allocation: a stored member cannot be larger
+        // than the archive, and reading stops at the limit either way.
+        let mut buf = Vec::with_capacity((f.size() as usize).min(self.len));
+        (&mut f)
+            .take(MAX_MEMBER + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| IrError::Format {
+                file: file.clone(),
+                msg: format!("member '{name}' is corrupt or truncated: {e}"),
+            })?;
+        if buf.len() as u64 > MAX_MEMBER {
+            return Err(IrError::Format {
+                file,
+                msg: format!("member '{name}' is larger than the limit"),
+            });
+        }
         Ok(buf)
     }
 
@@ -264,7 +276,15 @@ fn gather_view(storage: &[u8], meta: &Value) -> std::result::Result<HostTensor, 
             ));
         }
     }
-    let mut bytes = Vec::with_capacity((numel * es) as usize);
+    // A view with zero strides can describe far more elements than its storage holds.
+    let total = numel.checked_mul(es).ok_or("element count overflows")?;
+    if total as u128 > (MAX_MEMBER as u128).min(storage.len() as u128 * 1024 + 4096) {
+        return Err(format!(
+            "view of {numel} elements (sizes {sizes:?}, strides {strides:?}) is too large for its {}-byte storage",
+            storage.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(total as usize);
     let contiguous = {
         let mut expect = 1i64;
         let mut ok = true;
@@ -430,6 +450,7 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
     let mut ar = Archive {
         zip,
         file: file.to_string(),
+        len: bytes.len(),
     };
     let names = ar.names();
     let model_json = names

@@ -210,6 +210,18 @@ pub struct ScatterDims {
     pub index_vector_dim: i64,
 }
 
+/// Window attributes of a convolution.
+pub struct ConvWindow<'a> {
+    /// Window strides.
+    pub stride: &'a [i64],
+    /// `(low, high)` padding per spatial dim.
+    pub padding: &'a [(i64, i64)],
+    /// Input dilation.
+    pub lhs_dilation: &'a [i64],
+    /// Kernel dilation.
+    pub rhs_dilation: &'a [i64],
+}
+
 /// The function body being written.
 #[derive(Default)]
 pub struct Em {
@@ -946,7 +958,7 @@ impl Em {
         res
     }
 
-    /// `convolution` in NC(spatial) / OI(spatial) layout.
+    /// `convolution` in NC(spatial) / OI(spatial) / NC(spatial) layout.
     #[allow(clippy::too_many_arguments)]
     pub fn convolution(
         &mut self,
@@ -962,17 +974,39 @@ impl Em {
         let n = x.rank() - 2;
         let sp: Vec<String> = (0..n).map(|i| i.to_string()).collect();
         let sp = sp.join(", ");
-        let pad: Vec<String> = padding.iter().map(|(l, h)| format!("[{l}, {h}]")).collect();
-        let rev = vec!["false"; n].join(", ");
+        let layout = format!("[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]");
+        let win = ConvWindow {
+            stride,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+        };
+        self.convolution_general(x, w, &layout, &win, groups, 1, out_shape)
+    }
+
+    /// `convolution` with explicit dimension numbers (`[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn convolution_general(
+        &mut self,
+        x: &V,
+        w: &V,
+        layout: &str,
+        win: &ConvWindow,
+        feature_groups: i64,
+        batch_groups: i64,
+        out_shape: &[i64],
+    ) -> V {
+        let pad: Vec<String> = win.padding.iter().map(|(l, h)| format!("[{l}, {h}]")).collect();
+        let rev = vec!["false"; win.stride.len()].join(", ");
         self.def(
             format!(
-                "stablehlo.convolution({}, {}) dim_numbers = [b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}], window = {{stride = [{}], pad = [{}], lhs_dilate = [{}], rhs_dilate = [{}], reverse = [{rev}]}} {{batch_group_count = 1 : i64, feature_group_count = {groups} : i64, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]}} : ({}, {}) -> {}",
+                "stablehlo.convolution({}, {}) dim_numbers = {layout}, window = {{stride = [{}], pad = [{}], lhs_dilate = [{}], rhs_dilate = [{}], reverse = [{rev}]}} {{batch_group_count = {batch_groups} : i64, feature_group_count = {feature_groups} : i64, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]}} : ({}, {}) -> {}",
                 x.name,
                 w.name,
-                join(stride),
+                join(win.stride),
                 pad.join(", "),
-                join(lhs_dilation),
-                join(rhs_dilation),
+                join(win.lhs_dilation),
+                join(win.rhs_dilation),
                 x.ty(),
                 w.ty(),
                 tensor_ty(x.dtype, out_shape)

@@ -171,12 +171,13 @@ pub(crate) fn arg(cx: &mut Cx, max: bool) -> R<V> {
 pub(crate) fn values_indices(cx: &mut Cx, max: bool) -> R<Vec<V>> {
     let x = cx.t("self")?;
     let os = cx.out_shape(0)?;
+    let dim_arg = cx.int("dim");
     let em = &mut *cx.em;
     if x.rank() == 0 {
         let z = em.scalar(DType::I64, Num::I(0));
         return Ok(vec![x, z]);
     }
-    let d = norm_dim(cx.int("dim")?, x.rank())?;
+    let d = norm_dim(dim_arg?, x.rank())?;
     let (v, i) = arg_reduce(em, &x, d, max);
     let v = em.reshape(&v, &os);
     let i = em.reshape(&i, &os);
@@ -233,11 +234,12 @@ pub(crate) fn prefix_sum(em: &mut Em, x: &V, dim: usize) -> V {
 pub(crate) fn cumsum(cx: &mut Cx) -> R<V> {
     let x = cx.t("self")?;
     let od = cx.out_dtype(0);
+    let dim_arg = cx.int("dim");
     let em = &mut *cx.em;
     let xc = em.convert(&x, opmath(od));
     if x.rank() == 0 {
         return Ok(xc);
     }
-    let d = norm_dim(cx.int("dim")?, x.rank())?;
+    let d = norm_dim(dim_arg?, x.rank())?;
     Ok(prefix_sum(em, &xc, d))
 }

@@ -73,7 +73,10 @@ pub fn run_with(
         })?;
         ts.insert(k.clone(), t);
     }
-    Ok(eval(model, &ts, opts)?.iter().map(Tensor::to_host).collect())
+    Ok(eval(model, &ts, opts)?
+        .iter()
+        .map(Tensor::to_host)
+        .collect())
 }
 
 /// Like [`run_with`], on interpreter [`Tensor`]s.
@@ -120,14 +123,13 @@ pub fn eval(
                     .clone()]
             }
             NodeKind::Input { target, .. } => vec![weight(model, node, target.as_deref())?],
-            NodeKind::Unsupported { target, .. } => {
-                return Err(RuntimeError::Node {
-                    index: i,
-                    name: node.name.clone(),
-                    op: target.clone(),
-                    msg: "op is not supported by the reference interpreter (it is not in the op table)".into(),
-                })
-            }
+            NodeKind::Unsupported { target, .. } => return Err(RuntimeError::Node {
+                index: i,
+                name: node.name.clone(),
+                op: target.clone(),
+                msg: "op is not supported by the reference interpreter (it is not in the op table)"
+                    .into(),
+            }),
             NodeKind::Op(op) => exec(i, node, *op, &env, opts)?,
         };
         env[i] = Some(vals);
@@ -173,7 +175,10 @@ fn check_inputs(model: &Model, inputs: &BTreeMap<String, Tensor>) -> Result<(), 
             .get(&n.name)
             .ok_or_else(|| RuntimeError::MissingInput(n.name.clone()))?;
         let Some(want) = n.results.first() else {
-            return Err(RuntimeError::Graph(format!("input '{}' has no type", n.name)));
+            return Err(RuntimeError::Graph(format!(
+                "input '{}' has no type",
+                n.name
+            )));
         };
         let mut ok = t.dtype == want.dtype && t.rank() == want.rank();
         if ok {
@@ -198,10 +203,13 @@ fn check_inputs(model: &Model, inputs: &BTreeMap<String, Tensor>) -> Result<(), 
 
 fn weight(model: &Model, node: &Node, target: Option<&str>) -> Result<Tensor, RuntimeError> {
     let name = target.unwrap_or(&node.name);
-    let h = model.weights.get(name).ok_or_else(|| RuntimeError::Weight {
-        name: name.to_string(),
-        msg: format!("missing (needed by input '{}')", node.name),
-    })?;
+    let h = model
+        .weights
+        .get(name)
+        .ok_or_else(|| RuntimeError::Weight {
+            name: name.to_string(),
+            msg: format!("missing (needed by input '{}')", node.name),
+        })?;
     let t = Tensor::from_host(h).map_err(|msg| RuntimeError::Weight {
         name: name.to_string(),
         msg,
@@ -368,7 +376,10 @@ impl Ctx<'_> {
     pub fn t(&self, name: &str) -> R<&Tensor> {
         match self.arg(name)? {
             Arg::Tensor(v) => self.value(*v),
-            a => Err(format!("argument `{name}` is {}, expected a tensor", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a tensor",
+                a.kind_name()
+            )),
         }
     }
 
@@ -387,7 +398,10 @@ impl Ctx<'_> {
                 .iter()
                 .map(|v| v.map(|v| self.value(v)).transpose())
                 .collect(),
-            a => Err(format!("argument `{name}` is {}, expected a tensor list", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a tensor list",
+                a.kind_name()
+            )),
         }
     }
 
@@ -395,7 +409,10 @@ impl Ctx<'_> {
     pub fn int(&self, name: &str) -> R<i64> {
         match self.arg(name)? {
             Arg::Int(n) => Ok(*n),
-            a => Err(format!("argument `{name}` is {}, expected an int", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected an int",
+                a.kind_name()
+            )),
         }
     }
 
@@ -412,7 +429,10 @@ impl Ctx<'_> {
         match self.arg(name)? {
             Arg::Ints(v) => Ok(v.clone()),
             Arg::Int(n) => Ok(vec![*n]),
-            a => Err(format!("argument `{name}` is {}, expected an int list", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected an int list",
+                a.kind_name()
+            )),
         }
     }
 
@@ -429,7 +449,10 @@ impl Ctx<'_> {
         match self.arg(name)? {
             Arg::Float(x) => Ok(*x),
             Arg::Int(n) => Ok(*n as f64),
-            a => Err(format!("argument `{name}` is {}, expected a float", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a float",
+                a.kind_name()
+            )),
         }
     }
 
@@ -439,7 +462,10 @@ impl Ctx<'_> {
             Arg::None => Ok(None),
             Arg::Floats(v) => Ok(Some(v.clone())),
             Arg::Ints(v) => Ok(Some(v.iter().map(|&n| n as f64).collect())),
-            a => Err(format!("argument `{name}` is {}, expected a float list", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a float list",
+                a.kind_name()
+            )),
         }
     }
 
@@ -447,7 +473,10 @@ impl Ctx<'_> {
     pub fn bool(&self, name: &str) -> R<bool> {
         match self.arg(name)? {
             Arg::Bool(b) => Ok(*b),
-            a => Err(format!("argument `{name}` is {}, expected a bool", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a bool",
+                a.kind_name()
+            )),
         }
     }
 
@@ -463,7 +492,10 @@ impl Ctx<'_> {
     pub fn bools(&self, name: &str) -> R<Vec<bool>> {
         match self.arg(name)? {
             Arg::Bools(v) => Ok(v.clone()),
-            a => Err(format!("argument `{name}` is {}, expected a bool list", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a bool list",
+                a.kind_name()
+            )),
         }
     }
 
@@ -480,7 +512,10 @@ impl Ctx<'_> {
             Arg::Int(n) => Ok(Some(Scalar::Int(*n))),
             Arg::Float(x) => Ok(Some(Scalar::Float(*x))),
             Arg::Bool(b) => Ok(Some(Scalar::Bool(*b))),
-            a => Err(format!("argument `{name}` is {}, expected a number", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a number",
+                a.kind_name()
+            )),
         }
     }
 
@@ -495,7 +530,10 @@ impl Ctx<'_> {
         match self.arg(name)? {
             Arg::None => Ok(None),
             Arg::Str(s) => Ok(Some(s.as_str())),
-            a => Err(format!("argument `{name}` is {}, expected a string", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a string",
+                a.kind_name()
+            )),
         }
     }
 
@@ -533,11 +571,6 @@ impl Ctx<'_> {
     /// Shape of the first result.
     pub fn out_shape(&self) -> Vec<usize> {
         self.out_shape_of(0)
-    }
-
-    /// Number of results.
-    pub fn out_count(&self) -> usize {
-        self.out.len()
     }
 
     /// The random stream of this node.

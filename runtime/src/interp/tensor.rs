@@ -158,7 +158,7 @@ pub fn int_to_float(d: DType, x: i64) -> f64 {
 pub fn float_to_int(d: DType, x: f64) -> i64 {
     let t = x.trunc();
     if d == DType::I64 {
-        if (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&t) {
+        if (-(2f64.powi(63))..2f64.powi(63)).contains(&t) {
             t as i64
         } else {
             i64::MIN
@@ -211,6 +211,21 @@ pub fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
     }
 }
 
+/// Like [`for_each_index`], stopping at the first error.
+pub fn try_for_each_index(shape: &[usize], mut f: impl FnMut(&[usize]) -> R<()>) -> R<()> {
+    let mut err = None;
+    let mut failed = false;
+    for_each_index(shape, |ix| {
+        if !failed {
+            if let Err(e) = f(ix) {
+                err = Some(e);
+                failed = true;
+            }
+        }
+    });
+    err.map_or(Ok(()), Err)
+}
+
 /// NumPy broadcast of two shapes.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
     let n = a.len().max(b.len());
@@ -233,7 +248,9 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
 /// `in_shape` that broadcasting maps to it.
 pub fn broadcast_map(in_shape: &[usize], out_shape: &[usize]) -> R<Vec<usize>> {
     if in_shape.len() > out_shape.len() {
-        return Err(format!("cannot broadcast shape {in_shape:?} to {out_shape:?}"));
+        return Err(format!(
+            "cannot broadcast shape {in_shape:?} to {out_shape:?}"
+        ));
     }
     let lead = out_shape.len() - in_shape.len();
     let st = strides(in_shape);
@@ -242,7 +259,9 @@ pub fn broadcast_map(in_shape: &[usize], out_shape: &[usize]) -> R<Vec<usize>> {
         if s == out_shape[lead + j] {
             bst[lead + j] = st[j];
         } else if s != 1 {
-            return Err(format!("cannot broadcast shape {in_shape:?} to {out_shape:?}"));
+            return Err(format!(
+                "cannot broadcast shape {in_shape:?} to {out_shape:?}"
+            ));
         }
     }
     let mut map = Vec::with_capacity(numel(out_shape));
@@ -250,6 +269,28 @@ pub fn broadcast_map(in_shape: &[usize], out_shape: &[usize]) -> R<Vec<usize>> {
         map.push(ix.iter().zip(&bst).map(|(i, s)| i * s).sum());
     });
     Ok(map)
+}
+
+/// For each element of the permuted shape `[shape[perm[0]], ...]` (row-major), the flat index
+/// of the element of a contiguous tensor of `shape` it comes from. `perm` must be a permutation.
+pub fn permute_map(shape: &[usize], perm: &[usize]) -> Vec<usize> {
+    let st = strides(shape);
+    let new_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let pst: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
+    let mut map = Vec::with_capacity(numel(shape));
+    for_each_index(&new_shape, |ix| {
+        map.push(ix.iter().zip(&pst).map(|(i, s)| i * s).sum());
+    });
+    map
+}
+
+/// Splits `shape` around dimension `dim` into (outer, len, inner) sizes; element `i` of lane
+/// `(o, n)` is at flat index `(o * len + i) * inner + n`. A 0-d shape is one lane of one element.
+pub fn lanes(shape: &[usize], dim: usize) -> (usize, usize, usize) {
+    if shape.is_empty() {
+        return (1, 1, 1);
+    }
+    (numel(&shape[..dim]), shape[dim], numel(&shape[dim + 1..]))
 }
 
 /// A dense tensor value of the interpreter.
@@ -474,7 +515,9 @@ impl Tensor {
                     .map(|c| i16::from_le_bytes([c[0], c[1]]) as i64)
                     .collect(),
             ),
-            DType::I8 => Tensor::from_i64s(h.dtype, shape, chunks.map(|c| c[0] as i8 as i64).collect()),
+            DType::I8 => {
+                Tensor::from_i64s(h.dtype, shape, chunks.map(|c| c[0] as i8 as i64).collect())
+            }
             DType::U8 => Tensor::from_i64s(h.dtype, shape, chunks.map(|c| c[0] as i64).collect()),
             DType::Bool => Tensor::from_bools(h.dtype, shape, chunks.map(|c| c[0] != 0).collect()),
         };
@@ -567,8 +610,14 @@ mod tests {
     fn broadcast_helpers() {
         assert_eq!(broadcast_shapes(&[4, 1], &[3]).unwrap(), vec![4, 3]);
         assert!(broadcast_shapes(&[4, 2], &[3]).is_err());
-        assert_eq!(broadcast_map(&[2, 1], &[2, 3]).unwrap(), vec![0, 0, 0, 1, 1, 1]);
-        assert_eq!(broadcast_map(&[3], &[2, 3]).unwrap(), vec![0, 1, 2, 0, 1, 2]);
+        assert_eq!(
+            broadcast_map(&[2, 1], &[2, 3]).unwrap(),
+            vec![0, 0, 0, 1, 1, 1]
+        );
+        assert_eq!(
+            broadcast_map(&[3], &[2, 3]).unwrap(),
+            vec![0, 1, 2, 0, 1, 2]
+        );
         assert_eq!(broadcast_map(&[], &[0, 3]).unwrap(), Vec::<usize>::new());
         assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
         let mut n = 0;
