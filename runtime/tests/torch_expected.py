@@ -10,6 +10,7 @@ recomputes, or an explicit list of values. The tests never call Python.
 """
 
 import math
+import sys
 
 import torch
 
@@ -272,6 +273,24 @@ case("pow_tensor", "aten.pow.Tensor_Tensor",
 case("atan2", "aten.atan2.default", {"self": X([4], [1.0, -1.0, 0.0, -0.0]), "other": X([4], [-1.0, -1.0, -1.0, -1.0])})
 
 
+# Every all-float64 case again in float32, float16 and bfloat16 (torch's own low-precision
+# kernels; the interpreter computes in f64 and rounds once, so tolerances grow with the dtype).
+LOW_PRECISION = [(F32, "f32", 2e-5), (torch.float16, "f16", 1e-2), (torch.bfloat16, "bf16", 4e-2)]
+# Left out where torch's low-precision kernel itself differs from the exact result: its
+# vectorized f32/bf16 erf gives gelu(inf) = NaN; its f16/bf16 grid sampler reads a NaN
+# coordinate as an in-bounds index; its bf16 bicubic weights are computed in bf16.
+SKIP_LOW = {"special_gelu_f32", "special_gelu_bf16"}
+SKIP_LOW |= {f"grid_sampler_i1_p{p}_a{a}_{d}" for p in range(3) for a in range(2) for d in ("f16", "bf16")}
+SKIP_LOW |= {f"grid_sampler_i2_p{p}_a{a}_bf16" for p in range(3) for a in range(2)}
+for name, target, inputs, args, tol, tc in list(CASES):
+    if all(d == F64 for d, _, _ in inputs.values()) and "to_copy" not in name:
+        for dt, suffix, ltol in LOW_PRECISION:
+            if f"{name}_{suffix}" in SKIP_LOW:
+                continue
+            low = {k: (dt, s, spec) for k, (d, s, spec) in inputs.items()}
+            CASES.append((f"{name}_{suffix}", target, low, args, max(tol, ltol), tc))
+
+
 def to_torch_args(inputs, args):
     kw = {k: make(d, s, spec) for k, (d, s, spec) in inputs.items()}
     kw.update(args)
@@ -304,6 +323,9 @@ def emit():
         try:
             res = fn(**to_torch_args(inputs, args))
         except Exception as e:
+            if name.endswith(("_f32", "_f16", "_bf16")):
+                print(f"skipping {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+                continue
             raise RuntimeError(name) from e
         if isinstance(res, torch.Tensor):
             res = [res]
@@ -324,7 +346,7 @@ def emit():
         w("            outputs: vec![")
         for r in res:
             if r is None:  # a masked-off gradient: the IR declares an empty [0] tensor
-                r = torch.zeros(0, dtype=F64)
+                r = torch.zeros(0, dtype=next(iter(inputs.values()))[0])
             vals = ", ".join(lit_f(v) for v in r.double().flatten().tolist())
             w(f"                (DType::{RUST_DTYPE[r.dtype]}, vec!{list(r.shape)}, vec![{vals}]),")
         w("            ],")

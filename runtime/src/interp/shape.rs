@@ -497,7 +497,7 @@ fn pad_with(
     x: &Tensor,
     pairs: &[(i64, i64)],
     fill: Option<Scalar>,
-    src: impl Fn(usize, i64) -> Option<usize>,
+    src: impl Fn(usize, i128) -> Option<usize>,
 ) -> R<Tensor> {
     let shape = padded_shape(&x.shape, pairs)?;
     cx.check_size(numel(&shape), "the padded tensor")?;
@@ -507,7 +507,7 @@ fn pad_with(
     for_each_index(&shape, |ix| {
         let mut f = Some(0);
         for k in 0..ix.len() {
-            f = match (f, src(k, ix[k] as i64 - pairs[k].0)) {
+            f = match (f, src(k, ix[k] as i128 - pairs[k].0 as i128)) {
                 (Some(f), Some(c)) => Some(f + c * st[k]),
                 _ => None,
             };
@@ -528,7 +528,7 @@ pub(crate) fn constant_pad_nd(cx: &Ctx) -> R<Tensor> {
     let value = cx.scalar("value")?;
     let shape = x.shape.clone();
     pad_with(cx, x, &pairs, Some(value), |k, c| {
-        (c >= 0 && (c as usize) < shape[k]).then_some(c as usize)
+        (c >= 0 && c < shape[k] as i128).then_some(c as usize)
     })
 }
 
@@ -548,7 +548,7 @@ pub(crate) fn reflection_pad(cx: &Ctx) -> R<Tensor> {
     }
     let shape = x.shape.clone();
     pad_with(cx, x, &pairs, None, |k, c| {
-        let n = shape[k] as i64;
+        let n = shape[k] as i128;
         let c = if c < 0 { -c } else { c };
         let c = if c >= n { 2 * (n - 1) - c } else { c };
         Some(c.clamp(0, (n - 1).max(0)) as usize)
@@ -571,7 +571,7 @@ pub(crate) fn replication_pad(cx: &Ctx) -> R<Tensor> {
     }
     let shape = x.shape.clone();
     pad_with(cx, x, &pairs, None, |k, c| {
-        Some(c.clamp(0, (shape[k] as i64 - 1).max(0)) as usize)
+        Some(c.clamp(0, (shape[k] as i128 - 1).max(0)) as usize)
     })
 }
 
