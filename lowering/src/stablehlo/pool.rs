@@ -217,7 +217,7 @@ pub(crate) fn avg_pool(cx: &mut Cx) -> R<V> {
     let pads = window_pads(&xc, pl, &os);
     let init = em.scalar(cd, Num::I(0));
     let r = em.reduce_window(
-        &[xc.clone()],
+        std::slice::from_ref(&xc),
         &[init],
         &full_window(pl, &pl.k, 1),
         &full_window(pl, &pl.s, 1),
@@ -264,9 +264,6 @@ pub(crate) fn avg_pool_backward(cx: &mut Cx) -> R<V> {
     let g = cx.t("grad_output")?;
     let x = cx.t("self")?;
     let a = avg_args(cx, &x)?;
-    if cx.bool("ceil_mode")? {
-        // The windows past the end are the same computation; PyTorch clips them alike.
-    }
     let em = &mut *cx.em;
     let pl = &a.pl;
     let cd = opmath(x.dtype);

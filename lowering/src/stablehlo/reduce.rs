@@ -224,7 +224,7 @@ pub(crate) fn prefix_sum(em: &mut Em, x: &V, dim: usize) -> V {
     pad[dim] = ((n - 1).max(0), 0);
     let init = em.scalar(x.dtype, Num::I(0));
     let ones = vec![1; r];
-    let out = em.reduce_window(&[x.clone()], &[init], &window, &ones, &ones, &pad, |em, a, b| {
+    let out = em.reduce_window(std::slice::from_ref(x), &[init], &window, &ones, &ones, &pad, |em, a, b| {
         vec![em.add(&a[0], &b[0])]
     });
     out[0].clone()

@@ -105,7 +105,12 @@ pub(crate) fn gather(cx: &Ctx) -> R<Tensor> {
 /// Where `self[indices]` reads: the result shape and, per result element, the flat index into
 /// `self`. Handles `None` entries, broadcasting index tensors, negative indices and (for
 /// `index_put`) boolean masks; applies NumPy's rule for where the indexed dimensions go.
-fn advanced(x_shape: &[usize], indices: &[Option<&Tensor>]) -> R<(Vec<usize>, Vec<usize>)> {
+/// At most `max_elems` positions are produced (the memory limit), else an error.
+fn advanced(
+    x_shape: &[usize],
+    indices: &[Option<&Tensor>],
+    max_elems: usize,
+) -> R<(Vec<usize>, Vec<usize>)> {
     // One entry per indexed dimension of self; a mask covers as many dimensions as it has.
     let mut per_dim: Vec<Option<Tensor>> = vec![];
     for t in indices {
@@ -159,6 +164,18 @@ fn advanced(x_shape: &[usize], indices: &[Option<&Tensor>]) -> R<(Vec<usize>, Ve
     for t in per_dim.iter().flatten() {
         b = broadcast_shapes(&b, &t.shape)?;
     }
+    let nb = b.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let rest_n = (0..x_shape.len())
+        .filter(|d| !positions.contains(d))
+        .try_fold(1usize, |a, d| a.checked_mul(x_shape[d]));
+    match (nb, rest_n) {
+        (Some(n), Some(r)) if n.checked_mul(r).is_some_and(|t| t <= max_elems) => {}
+        _ => {
+            return Err(format!(
+                "indexing with index shape {b:?} would produce more elements than the interpreter's memory limit allows"
+            ))
+        }
+    }
     let nb = numel(&b);
     // Each index tensor broadcast to `b`, normalized and checked.
     let mut idx: Vec<Vec<usize>> = vec![vec![]; x_shape.len()];
@@ -203,7 +220,7 @@ fn advanced(x_shape: &[usize], indices: &[Option<&Tensor>]) -> R<(Vec<usize>, Ve
 /// `index.Tensor(self, indices)`: advanced indexing.
 pub(crate) fn index(cx: &Ctx) -> R<Tensor> {
     let x = cx.t("self")?;
-    let (shape, map) = advanced(&x.shape, &cx.tensors("indices")?)?;
+    let (shape, map) = advanced(&x.shape, &cx.tensors("indices")?, cx.max_elements())?;
     Ok(x.take(shape, &map))
 }
 
@@ -222,7 +239,7 @@ fn accumulate(dtype: DType, out: &mut Data, dst: usize, src: &Data, s: usize) {
 /// `accumulate`, the last write to a position wins.
 pub(crate) fn index_put(cx: &Ctx) -> R<Tensor> {
     let x = cx.t("self")?;
-    let (shape, map) = advanced(&x.shape, &cx.tensors("indices")?)?;
+    let (shape, map) = advanced(&x.shape, &cx.tensors("indices")?, cx.max_elements())?;
     let v = cx
         .t("values")?
         .cast(x.dtype)
@@ -456,4 +473,36 @@ pub(crate) fn masked_scatter(cx: &Ctx) -> R<Tensor> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idx(v: &[i64]) -> Tensor {
+        Tensor::from_i64s(DType::I64, vec![v.len()], v.to_vec())
+    }
+
+    #[test]
+    fn advanced_index_placement() {
+        // x[:, [1, 0]] on [2, 3]: indexed dims stay in place.
+        let (s, m) = advanced(&[2, 3], &[None, Some(&idx(&[1, 0]))], 100).unwrap();
+        assert_eq!((s, m), (vec![2, 2], vec![1, 0, 4, 3]));
+        // x[[0], :, [1]] on [2, 2, 2]: separated index dims go first.
+        let (s, m) =
+            advanced(&[2, 2, 2], &[Some(&idx(&[0])), None, Some(&idx(&[1]))], 100).unwrap();
+        assert_eq!((s, m), (vec![1, 2], vec![1, 3]));
+        // negative indices wrap, out-of-range ones are errors
+        assert_eq!(
+            advanced(&[3], &[Some(&idx(&[-1]))], 100).unwrap().1,
+            vec![2]
+        );
+        assert!(advanced(&[3], &[Some(&idx(&[3]))], 100).is_err());
+        assert!(advanced(&[3], &[None], 100).is_err());
+        let mask = Tensor::from_bools(DType::Bool, vec![3], vec![true, false, true]);
+        assert_eq!(
+            advanced(&[3], &[Some(&mask)], 100).unwrap(),
+            (vec![2], vec![0, 2])
+        );
+    }
 }

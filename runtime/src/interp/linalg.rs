@@ -159,6 +159,10 @@ pub(crate) fn cdist(cx: &Ctx) -> R<Tensor> {
     sa.extend([pp, m]);
     let mut sb = batch.clone();
     sb.extend([rr, m]);
+    for s in [&sa, &sb] {
+        let n = s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        cx.check_size(n.unwrap_or(usize::MAX), "a broadcast operand")?;
+    }
     let (x, y) = (a.broadcast_to(&sa)?.f64s(), b.broadcast_to(&sb)?.f64s());
     let nb = numel(&batch);
     let mut out = Vec::with_capacity(nb * pp * rr);

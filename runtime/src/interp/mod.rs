@@ -578,6 +578,11 @@ impl Ctx<'_> {
         creation::Rng::new(self.opts.seed, self.index as u64)
     }
 
+    /// The most elements one tensor may have under the memory limit.
+    pub fn max_elements(&self) -> usize {
+        self.opts.max_tensor_bytes / 8
+    }
+
     /// Fails unless `n` elements fit in the memory limit (for intermediate buffers).
     pub fn check_size(&self, n: usize, what: &str) -> R<()> {
         if (n as u128) * 8 > self.opts.max_tensor_bytes as u128 {

@@ -33,6 +33,17 @@ fn pad3<T: Copy>(v: &[T], fill: T) -> [T; 3] {
     a
 }
 
+/// Fails if any window parameter is beyond 2^31 in magnitude (no real model comes close, and
+/// the bound keeps every later index computation far from overflow).
+pub(crate) fn check_window_params(groups: &[&[i64]]) -> R<()> {
+    for g in groups {
+        if let Some(v) = g.iter().find(|v| v.unsigned_abs() > 1 << 31) {
+            return Err(format!("window parameter {v} is too large"));
+        }
+    }
+    Ok(())
+}
+
 /// Validates and computes the geometry of `convolution(input, weight, ...)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_geom(
@@ -62,6 +73,7 @@ pub(crate) fn conv_geom(
     } else {
         vec![0; ns]
     };
+    check_window_params(&[&stride, &padding, &dilation, &op])?;
     if stride.iter().any(|&s| s <= 0) || dilation.iter().any(|&d| d <= 0) {
         return Err(format!(
             "stride {stride:?} and dilation {dilation:?} must be positive"
@@ -302,6 +314,7 @@ pub(crate) fn pool_geom(cx: &Ctx, x: &[usize], ns: usize) -> R<PoolGeom> {
         vec![1; ns]
     };
     let ceil = cx.bool("ceil_mode")?;
+    check_window_params(&[&k, &s, &p, &d])?;
     let lead = x.len() - ns;
     let mut out_shape = x[..lead].to_vec();
     let mut ys = vec![];
@@ -975,7 +988,10 @@ pub(crate) fn grid_sampler_2d(cx: &Ctx) -> R<Tensor> {
                             let (ix, iy) = if pmode == 0 {
                                 (ux, uy)
                             } else {
-                                (grid::pad(ux, w, pmode, align), grid::pad(uy, h, pmode, align))
+                                (
+                                    grid::pad(ux, w, pmode, align),
+                                    grid::pad(uy, h, pmode, align),
+                                )
                             };
                             let (x0, y0) = (ix.floor(), iy.floor());
                             let (x1, y1) = (x0 + 1.0, y0 + 1.0);
@@ -1039,6 +1055,7 @@ pub(crate) fn col2im(cx: &Ctx) -> R<Tensor> {
     let d = ints_arg(cx, "dilation", 2)?;
     let p = ints_arg(cx, "padding", 2)?;
     let s = ints_arg(cx, "stride", 2)?;
+    check_window_params(&[&os, &k, &d, &p, &s])?;
     if k.iter().chain(&d).chain(&s).any(|&v| v <= 0) || p.iter().chain(&os).any(|&v| v < 0) {
         return Err("kernel_size, dilation and stride must be positive; padding and output_size non-negative".into());
     }
@@ -1096,4 +1113,69 @@ pub(crate) fn col2im(cx: &Ctx) -> R<Tensor> {
     let mut shape = if x.rank() == 3 { vec![batch] } else { vec![] };
     shape.extend([c, oh, ow]);
     Ok(Tensor::from_f64s(x.dtype, shape, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pooling_output_sizes_match_torch() {
+        // max_pool2d(k=3, s=2, p=1, ceil_mode=True) on 4 -> 3 (checked with torch)
+        assert_eq!(pool_out(4, 3, 2, 1, 1, true), Ok(3));
+        assert_eq!(pool_out(64, 7, 2, 3, 1, false), Ok(32));
+        assert_eq!(pool_out(5, 2, 2, 0, 1, true), Ok(3));
+        assert!(pool_out(2, 5, 1, 0, 1, false).is_err());
+    }
+
+    #[test]
+    fn adaptive_windows_cover_the_input() {
+        let w: Vec<_> = (0..3).map(|i| adaptive_range(i, 5, 3)).collect();
+        assert_eq!(w, vec![(0, 2), (1, 4), (3, 5)]);
+        assert_eq!(adaptive_range(0, 4, 1), (0, 4));
+    }
+
+    #[test]
+    fn convolution_geometry() {
+        let g = conv_geom(
+            &[1, 4, 5, 5],
+            &[6, 2, 3, 3],
+            &[2],
+            &[1],
+            &[1],
+            false,
+            &[0],
+            2,
+        )
+        .unwrap();
+        assert_eq!(g.out_shape, vec![1, 6, 3, 3]);
+        assert_eq!((g.xs, g.ks), ([1, 5, 5], [1, 3, 3]));
+        let g = conv_geom(
+            &[1, 4, 3, 3],
+            &[4, 3, 3, 2],
+            &[2, 3],
+            &[1, 0],
+            &[1],
+            true,
+            &[1, 2],
+            2,
+        )
+        .unwrap();
+        assert_eq!(g.out_shape, vec![1, 6, 6, 10]);
+        assert!(conv_geom(&[1, 3, 5], &[2, 2, 3], &[1], &[0], &[1], false, &[0], 1).is_err());
+        assert!(conv_geom(&[1, 2, 2], &[2, 2, 5], &[1], &[0], &[1], false, &[0], 1).is_err());
+        assert!(conv_geom(&[1, 2, 2], &[2, 2, 1], &[0], &[0], &[1], false, &[0], 1).is_err());
+    }
+
+    #[test]
+    fn nearest_and_linear_source_indices() {
+        assert_eq!(nearest_idx(3, 4, 8, None), 1);
+        assert_eq!(nearest_idx(4, 3, 5, None), 2);
+        assert_eq!(nearest_idx(4, 4, 6, Some(1.5)), 2);
+        assert_eq!(linear_src(0, 4, 8, false, None), (0, 1, 1.0, 0.0));
+        let (i0, i1, l0, l1) = linear_src(1, 4, 8, false, None);
+        assert_eq!((i0, i1), (0, 1));
+        assert!((l0 - 0.75).abs() < 1e-12 && (l1 - 0.25).abs() < 1e-12);
+        assert_eq!(linear_src(2, 3, 3, true, None), (2, 2, 1.0, 0.0));
+    }
 }

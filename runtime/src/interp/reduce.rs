@@ -400,3 +400,29 @@ pub(crate) fn topk(cx: &Ctx) -> R<Vec<Tensor>> {
     let s = sorted_lanes(x, dim, cx.bool("largest")?);
     Ok(gather_sorted(x, dim, k, &s))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_counts_as_the_best_element() {
+        assert_eq!(best_f(&[1.0, 3.0, 3.0], true), 1);
+        assert_eq!(best_f(&[1.0, f64::NAN, 9.0, f64::NAN], true), 1);
+        assert_eq!(best_f(&[1.0, f64::NAN, -9.0], false), 1);
+        assert_eq!(best_i(&[2, 0, 0], false), 1);
+        assert_eq!(cmp_nan_last(f64::NAN, f64::INFINITY), Ordering::Greater);
+        assert_eq!(cmp_nan_last(-0.0, 0.0), Ordering::Equal);
+    }
+
+    #[test]
+    fn reduction_layout_moves_reduced_dims_last() {
+        let t = Tensor::from_i64s(DType::I64, vec![2, 3], (0..6).collect());
+        let p = plan(&t, Some(&[0]), false).unwrap();
+        assert_eq!((p.outer, p.r, p.out_shape.clone()), (3, 2, vec![3]));
+        assert_eq!(p.data.i64s(), vec![0, 3, 1, 4, 2, 5]);
+        let p = plan(&t, None, true).unwrap();
+        assert_eq!((p.outer, p.r, p.out_shape), (1, 6, vec![1, 1]));
+        assert!(plan(&t, Some(&[2]), false).is_err());
+    }
+}

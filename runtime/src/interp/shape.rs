@@ -396,10 +396,11 @@ pub(crate) fn diagonal(cx: &Ctx) -> R<Tensor> {
         (n1 + off).min(n2)
     }
     .max(0) as usize;
+    // Only used when the diagonal is non-empty, where the offset is smaller than a dimension.
     let (s1, s2) = if off >= 0 {
         (0, off as usize)
     } else {
-        ((-off) as usize, 0)
+        (off.unsigned_abs() as usize, 0)
     };
     let rest: Vec<usize> = (0..x.rank()).filter(|&k| k != d1 && k != d2).collect();
     let mut shape: Vec<usize> = rest.iter().map(|&k| x.shape[k]).collect();
@@ -594,4 +595,31 @@ pub(crate) fn to_copy(cx: &Ctx) -> R<Tensor> {
 /// Spatial geometry helper shared with nn ops: `ints_n` on a named argument.
 pub(crate) fn ints_arg(cx: &Ctx, name: &str, n: usize) -> R<Vec<i64>> {
     ints_n(&cx.ints(name)?, n, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_bounds_clamp_like_torch() {
+        assert_eq!(slice_range(10, Some(2), Some(i64::MAX), 3), Ok((2, 3, 3)));
+        assert_eq!(slice_range(10, Some(-3), None, 1), Ok((7, 3, 1)));
+        assert_eq!(slice_range(10, Some(8), Some(2), 1), Ok((8, 0, 1)));
+        assert_eq!(slice_range(10, Some(i64::MIN), Some(-20), 1), Ok((0, 0, 1)));
+        assert_eq!(slice_range(0, None, None, 5), Ok((0, 0, 5)));
+        assert!(slice_range(10, None, None, 0).is_err());
+    }
+
+    #[test]
+    fn pads_are_paired_from_the_last_dimension() {
+        assert_eq!(
+            pad_pairs(3, &[1, 2, 3, 4]),
+            Ok(vec![(0, 0), (3, 4), (1, 2)])
+        );
+        assert!(pad_pairs(1, &[1, 2, 3, 4]).is_err());
+        assert!(pad_pairs(2, &[1]).is_err());
+        assert_eq!(padded_shape(&[2, 3], &[(0, 0), (-1, 2)]), Ok(vec![2, 4]));
+        assert!(padded_shape(&[2], &[(-2, -1)]).is_err());
+    }
 }

@@ -56,7 +56,10 @@ impl From<Arg> for A {
 
 /// Builds a one-op model; tensor arguments become user inputs named after their parameter
 /// (list entries `name0`, `name1`, ...). Returns the model and its inputs.
-pub fn one_op(target: &str, args: Vec<(&str, A)>) -> Result<(Model, BTreeMap<String, Tensor>), String> {
+pub fn one_op(
+    target: &str,
+    args: Vec<(&str, A)>,
+) -> Result<(Model, BTreeMap<String, Tensor>), String> {
     let mut b = GraphBuilder::default();
     let mut inputs = BTreeMap::new();
     let mut named = vec![];
@@ -64,7 +67,9 @@ pub fn one_op(target: &str, args: Vec<(&str, A)>) -> Result<(Model, BTreeMap<Str
     for (name, a) in args {
         let arg = match a {
             A::T(t) => {
-                let v = b.input(name, InputKind::User, None, t.ty()).map_err(|e| e.to_string())?;
+                let v = b
+                    .input(name, InputKind::User, None, t.ty())
+                    .map_err(|e| e.to_string())?;
                 inputs.insert(name.to_string(), t);
                 Arg::Tensor(v)
             }
@@ -74,7 +79,9 @@ pub fn one_op(target: &str, args: Vec<(&str, A)>) -> Result<(Model, BTreeMap<Str
                     vs.push(match t {
                         Some(t) => {
                             let n = format!("{name}{i}");
-                            let v = b.input(&n, InputKind::User, None, t.ty()).map_err(|e| e.to_string())?;
+                            let v = b
+                                .input(&n, InputKind::User, None, t.ty())
+                                .map_err(|e| e.to_string())?;
                             inputs.insert(n, t);
                             Some(v)
                         }
@@ -101,11 +108,18 @@ pub fn one_op(target: &str, args: Vec<(&str, A)>) -> Result<(Model, BTreeMap<Str
     };
     let node = b.len();
     let names = (0..k).map(|j| format!("r{j}")).collect();
-    b.op("the_op", target, named, names, None).map_err(|e| e.to_string())?;
+    b.op("the_op", target, named, names, None)
+        .map_err(|e| e.to_string())?;
     let graph: Graph = b
         .finish((0..k).map(|j| ValueRef::new(node, j)).collect())
         .map_err(|e| e.to_string())?;
-    Ok((Model { graph, weights: Default::default() }, inputs))
+    Ok((
+        Model {
+            graph,
+            weights: Default::default(),
+        },
+        inputs,
+    ))
 }
 
 /// Runs a one-op graph (see [`one_op`]); build and run errors are both returned as text.
@@ -172,7 +186,10 @@ pub fn assert_tensor(got: &Tensor, shape: &[usize], want: &[f64], tol: f64) {
     let v = got.f64s();
     assert_eq!(v.len(), want.len(), "element count");
     for (i, (a, b)) in v.iter().zip(want).enumerate() {
-        assert!(close(*a, *b, tol), "element {i}: got {a}, want {b}\n got {v:?}\nwant {want:?}");
+        assert!(
+            close(*a, *b, tol),
+            "element {i}: got {a}, want {b}\n got {v:?}\nwant {want:?}"
+        );
     }
 }
 
