@@ -34,7 +34,12 @@ fn every_bad_input_gets_a_clear_error() {
             serde_json::from_slice(&std::fs::read(case.join("expect.json")).unwrap()).unwrap();
         for run in expect["runs"].as_array().unwrap() {
             runs += 1;
-            let args: Vec<&str> = run["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+            let args: Vec<&str> = run["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap())
+                .collect();
             let out = Command::new(env!("CARGO_BIN_EXE_fxhlo"))
                 .args(&args)
                 .current_dir(&dir)
@@ -49,7 +54,10 @@ fn every_bad_input_gets_a_clear_error() {
             }
             let code = out.status.code().unwrap_or(-1) as i64;
             if code != run["exit"].as_i64().unwrap() {
-                failures.push(format!("{what}: exit {code}, expected {}\nstderr: {stderr}", run["exit"]));
+                failures.push(format!(
+                    "{what}: exit {code}, expected {}\nstderr: {stderr}",
+                    run["exit"]
+                ));
             }
             for (key, text) in [("stderr", &stderr), ("stdout", &stdout)] {
                 if let Some(want) = run[key].as_str() {
@@ -59,10 +67,17 @@ fn every_bad_input_gets_a_clear_error() {
                 }
             }
             if code == 2 && !stderr.starts_with("error: ") {
-                failures.push(format!("{what}: an error must be one 'error: ...' message\n{stderr}"));
+                failures.push(format!(
+                    "{what}: an error must be one 'error: ...' message\n{stderr}"
+                ));
             }
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }

@@ -25,8 +25,10 @@ fn models_match_eager_in_the_reference_interpreter() {
             if !path.exists() {
                 continue;
             }
-            let case = load_case(&dir, Some(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let results = check_case(&case, None).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let case =
+                load_case(&dir, Some(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let results =
+                check_case(&case, None).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             checked += 1;
             for c in results {
                 if !c.ok() {

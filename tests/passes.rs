@@ -20,13 +20,26 @@ fn o2_matches_o0_on_every_model() {
         let mut opt = case.model.clone();
         let mut pm = PassManager::for_level(2);
         pm.verify_each = true;
-        pm.run(&mut opt.graph, &mut Cx::default(), &mut |_, _| {}).unwrap();
+        pm.run(&mut opt.graph, &mut Cx::default(), &mut |_, _| {})
+            .unwrap();
         assert!(opt.graph.nodes.len() <= case.model.graph.nodes.len());
         let got = run_reference(&opt, &case.inputs).unwrap();
         for (i, (a, e)) in got.iter().zip(&reference).enumerate() {
             // The passes only drop identities and merge equal nodes: results are bit-identical.
-            let c = compare(&format!("output{i}"), a, e, Tolerance { rtol: 0.0, atol: 0.0 });
-            assert!(c.ok(), "{}: output{i} differs after -O2: {c:?}", dir.display());
+            let c = compare(
+                &format!("output{i}"),
+                a,
+                e,
+                Tolerance {
+                    rtol: 0.0,
+                    atol: 0.0,
+                },
+            );
+            assert!(
+                c.ok(),
+                "{}: output{i} differs after -O2: {c:?}",
+                dir.display()
+            );
         }
     }
 }

@@ -64,11 +64,26 @@ impl Tolerance {
     pub fn for_dtype(d: fxhlo_ir::DType) -> Tolerance {
         use fxhlo_ir::DType::*;
         match d {
-            F32 => Tolerance { rtol: 1e-4, atol: 1e-5 },
-            F64 => Tolerance { rtol: 1e-7, atol: 1e-9 },
-            F16 => Tolerance { rtol: 1e-2, atol: 1e-3 },
-            BF16 => Tolerance { rtol: 1.6e-2, atol: 1e-2 },
-            _ => Tolerance { rtol: 0.0, atol: 0.0 },
+            F32 => Tolerance {
+                rtol: 1e-4,
+                atol: 1e-5,
+            },
+            F64 => Tolerance {
+                rtol: 1e-7,
+                atol: 1e-9,
+            },
+            F16 => Tolerance {
+                rtol: 1e-2,
+                atol: 1e-3,
+            },
+            BF16 => Tolerance {
+                rtol: 1.6e-2,
+                atol: 1e-2,
+            },
+            _ => Tolerance {
+                rtol: 0.0,
+                atol: 0.0,
+            },
         }
     }
 }
@@ -98,7 +113,12 @@ impl Comparison {
 }
 
 /// Compares `actual` with `expected` element by element.
-pub fn compare(name: &str, actual: &HostTensor, expected: &HostTensor, tol: Tolerance) -> Comparison {
+pub fn compare(
+    name: &str,
+    actual: &HostTensor,
+    expected: &HostTensor,
+    tol: Tolerance,
+) -> Comparison {
     let mut c = Comparison {
         name: name.to_string(),
         max_abs: 0.0,
@@ -159,8 +179,12 @@ pub fn load_case(dir: &Path, model_file: Option<&Path>) -> Result<TestCase> {
     let expected = read_safetensors(&dir.join("expected.safetensors"))?;
     let tolerance = match std::fs::read(dir.join("meta.json")) {
         Ok(bytes) => {
-            let v: serde_json::Value = serde_json::from_slice(&bytes)
-                .map_err(|e| DriverError::Other(format!("{}: invalid JSON: {e}", dir.join("meta.json").display())))?;
+            let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+                DriverError::Other(format!(
+                    "{}: invalid JSON: {e}",
+                    dir.join("meta.json").display()
+                ))
+            })?;
             let t = &v["tolerance"];
             match (t["rtol"].as_f64(), t["atol"].as_f64()) {
                 (Some(rtol), Some(atol)) => Some(Tolerance { rtol, atol }),
@@ -194,8 +218,14 @@ pub fn check_case(case: &TestCase, tol: Option<Tolerance>) -> Result<Vec<Compari
             .expected
             .get(&name)
             .ok_or_else(|| DriverError::Other(format!("expected.safetensors has no '{name}'")))?;
-        let t = tol.or(case.tolerance).unwrap_or(Tolerance::for_dtype(e.dtype));
-        let t = if e.dtype.is_float() { t } else { Tolerance::for_dtype(e.dtype) };
+        let t = tol
+            .or(case.tolerance)
+            .unwrap_or(Tolerance::for_dtype(e.dtype));
+        let t = if e.dtype.is_float() {
+            t
+        } else {
+            Tolerance::for_dtype(e.dtype)
+        };
         out.push(compare(&name, a, e, t));
     }
     Ok(out)

@@ -1,7 +1,9 @@
 //! The `fxhlo` command line.
 
 use clap::{Parser, Subcommand};
-use fxhlo::{check_case, load_case, load_model, name_outputs, run_reference, DriverError, Tolerance};
+use fxhlo::{
+    check_case, load_case, load_model, name_outputs, run_reference, DriverError, Tolerance,
+};
 use fxhlo_ir::read::safetensors_io::{read_safetensors, write_safetensors};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -139,7 +141,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             let unsupported = m.graph.unsupported_ops();
             if !unsupported.is_empty() {
                 let names: Vec<&str> = unsupported.keys().map(String::as_str).collect();
-                println!("\nnot in the op table ({}): {}", names.len(), names.join(", "));
+                println!(
+                    "\nnot in the op table ({}): {}",
+                    names.len(),
+                    names.join(", ")
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -160,7 +166,10 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             let tol = rtol.zip(atol).map(|(rtol, atol)| Tolerance { rtol, atol });
             let results = check_case(&case, tol)?;
             let mut ok = true;
-            println!("{:<10} {:>12} {:>12} {:>10}  status", "output", "max_abs", "max_rel", "bad");
+            println!(
+                "{:<10} {:>12} {:>12} {:>10}  status",
+                "output", "max_abs", "max_rel", "bad"
+            );
             for c in &results {
                 ok &= c.ok();
                 match &c.mismatch {
@@ -175,7 +184,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     ),
                 }
             }
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Cmd::Opt {
             model,
@@ -201,18 +214,28 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             if print_after_all {
                 pm.print_after.push("*".into());
             }
-            let before = m.graph.nodes.len() - m.graph.user_inputs().len() - m.graph.weight_inputs().len();
+            let before =
+                m.graph.nodes.len() - m.graph.user_inputs().len() - m.graph.weight_inputs().len();
             let mut cx = fxhlo_passes::Cx::default();
             pm.run(&mut m.graph, &mut cx, &mut |name, g| {
-                eprintln!("// ----- IR after {name} -----\n{}", fxhlo_ir::text::print_graph(g));
+                eprintln!(
+                    "// ----- IR after {name} -----\n{}",
+                    fxhlo_ir::text::print_graph(g)
+                );
             })?;
             if time_passes {
                 for (name, t, changed) in &cx.timings {
-                    eprintln!("{:>10.3} ms  {name}{}", t.as_secs_f64() * 1e3, if *changed { "" } else { "  (no change)" });
+                    eprintln!(
+                        "{:>10.3} ms  {name}{}",
+                        t.as_secs_f64() * 1e3,
+                        if *changed { "" } else { "  (no change)" }
+                    );
                 }
             }
             if stats {
-                let after = m.graph.nodes.len() - m.graph.user_inputs().len() - m.graph.weight_inputs().len();
+                let after = m.graph.nodes.len()
+                    - m.graph.user_inputs().len()
+                    - m.graph.weight_inputs().len();
                 eprintln!("ops: {before} before, {after} after");
             }
             write_text(&output, &fxhlo_ir::text::print_graph(&m.graph))?;

@@ -9,7 +9,11 @@ pub const CORE_ATEN_OPS: &str = include_str!("../../ir/core_aten_ops.txt");
 
 /// Renders the coverage table as markdown.
 pub fn ops_markdown() -> String {
-    let core: Vec<&str> = CORE_ATEN_OPS.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let core: Vec<&str> = CORE_ATEN_OPS
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     let covered = core.iter().filter(|n| Op::from_aten(n).is_some()).count();
     let mut s = String::new();
     let _ = writeln!(s, "# Op coverage\n");
@@ -23,14 +27,22 @@ pub fn ops_markdown() -> String {
         OPS.len(),
         core.len()
     );
-    let _ = writeln!(s, "| core ATen overload | in table | type rule | parameters |");
+    let _ = writeln!(
+        s,
+        "| core ATen overload | in table | type rule | parameters |"
+    );
     let _ = writeln!(s, "| --- | --- | --- | --- |");
     for name in &core {
         match Op::from_aten(name) {
             Some(op) => {
                 let info = op.info();
                 let params: Vec<&str> = info.params.iter().map(|p| p.name).collect();
-                let _ = writeln!(s, "| `{name}` | yes | `{}` | {} |", info.rule, params.join(", "));
+                let _ = writeln!(
+                    s,
+                    "| `{name}` | yes | `{}` | {} |",
+                    info.rule,
+                    params.join(", ")
+                );
             }
             None => {
                 let why = NOT_IN_TABLE
@@ -41,9 +53,17 @@ pub fn ops_markdown() -> String {
             }
         }
     }
-    let extra: Vec<&str> = OPS.iter().map(|i| i.aten).filter(|a| !core.contains(a)).collect();
+    let extra: Vec<&str> = OPS
+        .iter()
+        .map(|i| i.aten)
+        .filter(|a| !core.contains(a))
+        .collect();
     if !extra.is_empty() {
-        let _ = writeln!(s, "\nOps in the table beyond the core set: {}", extra.join(", "));
+        let _ = writeln!(
+            s,
+            "\nOps in the table beyond the core set: {}",
+            extra.join(", ")
+        );
     }
     s
 }

@@ -234,7 +234,10 @@ fn reduce_shape(t: &TensorType, dims: &Option<Vec<i64>>, keepdim: bool) -> R<Vec
     let mut mask = vec![all; t.rank()];
     if !all {
         for &d in dims.iter().flatten() {
-            mask[norm_dim(d, t.rank())?] = true;
+            let d = norm_dim(d, t.rank())?;
+            if t.rank() > 0 {
+                mask[d] = true;
+            }
         }
     }
     if t.rank() == 0 {
@@ -304,16 +307,29 @@ fn other_name(cx: &InferCx) -> &'static str {
     }
 }
 
-/// Broadcasting binary op with type promotion.
+/// Broadcasting binary op with type promotion; `div` without a rounding mode is true division.
 pub fn binary(cx: &InferCx) -> R<Vec<TensorType>> {
-    Ok(vec![binary_type(cx, other_name(cx))?])
+    let t = binary_type(cx, other_name(cx))?;
+    Ok(vec![if true_division(cx) {
+        t.with_dtype(to_float(t.dtype))
+    } else {
+        t
+    }])
+}
+
+fn true_division(cx: &InferCx) -> bool {
+    cx.op.param_index("rounding_mode").is_some() && matches!(cx.arg("rounding_mode"), Arg::None)
 }
 
 /// Tensor-scalar op with type promotion.
 pub fn binary_scalar(cx: &InferCx) -> R<Vec<TensorType>> {
     let a = cx.t("self")?;
     let d = promote_scalar(a.dtype, cx.scalar_category(other_name(cx)));
-    Ok(vec![a.with_dtype(d)])
+    Ok(vec![a.with_dtype(if true_division(cx) {
+        to_float(d)
+    } else {
+        d
+    })])
 }
 
 /// True division and the like: the promoted type, made floating.
@@ -763,7 +779,9 @@ pub fn slice_bounds(size: i64, start: Option<i64>, end: Option<i64>, step: i64) 
     };
     let s = start.map(clamp).unwrap_or(0);
     let e = end.map(clamp).unwrap_or(size).max(s);
-    let len = (e - s + step - 1) / step;
+    // (e - s) is at most `size`; divide first so a huge step cannot overflow.
+    let span = e - s;
+    let len = span / step + i64::from(span % step != 0);
     (s, e, len)
 }
 
@@ -851,7 +869,10 @@ pub fn split_with_sizes(cx: &InferCx) -> R<Vec<TensorType>> {
     let d = norm_dim(cx.int("dim")?, t.rank())?;
     let sizes = cx.ints("split_sizes")?;
     check_non_negative(&sizes, "split_sizes")?;
-    let total: i64 = sizes.iter().sum();
+    let total = sizes
+        .iter()
+        .try_fold(0i64, |a, &b| a.checked_add(b))
+        .ok_or_else(|| format!("split_sizes {sizes:?} overflow"))?;
     if t.shape[d] != Dim::Static(total) {
         return Err(format!(
             "split_sizes {sizes:?} sum to {total}, but dimension {d} has size {}",
@@ -884,8 +905,9 @@ pub fn repeat(cx: &InferCx) -> R<Vec<TensorType>> {
     let out: Vec<i64> = reps
         .iter()
         .enumerate()
-        .map(|(i, &r)| r * if i < lead { 1 } else { shape[i - lead] })
-        .collect();
+        .map(|(i, &r)| r.checked_mul(if i < lead { 1 } else { shape[i - lead] }))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("repeats {reps:?} overflow the size of the result"))?;
     Ok(vec![st(t.dtype, &out)])
 }
 
@@ -907,7 +929,10 @@ fn pad_shape(t: &TensorType, pad: &[i64]) -> R<Vec<TensorType>> {
     let r = shape.len();
     for (i, pair) in pad.chunks(2).enumerate() {
         let d = r - 1 - i;
-        shape[d] += pair[0] + pair[1];
+        shape[d] = shape[d]
+            .checked_add(pair[0])
+            .and_then(|x| x.checked_add(pair[1]))
+            .ok_or_else(|| format!("pad {pad:?} overflows dimension {d}"))?;
         if shape[d] < 0 {
             return Err(format!("pad {pad:?} makes dimension {d} negative"));
         }
@@ -975,8 +1000,9 @@ fn window_out(input: i64, k: i64, s: i64, p: i64, d: i64, ceil: bool) -> R<i64> 
             "kernel {k}, stride {s} and dilation {d} must be positive"
         ));
     }
-    let eff = d * (k - 1) + 1;
-    let span = input + 2 * p - eff;
+    let big = |x: i128| i64::try_from(x).map_err(|_| "window arithmetic overflows".to_string());
+    let eff = big(d as i128 * (k as i128 - 1) + 1)?;
+    let span = big(input as i128 + 2 * p as i128 - eff as i128)?;
     if span < 0 {
         return Err(format!(
             "window of {eff} (padding {p}) is larger than the input size {input}"
@@ -1051,12 +1077,17 @@ pub fn convolution(cx: &InferCx) -> R<Vec<TensorType>> {
         cout = ws[1] * groups;
         out.push(cout);
         for i in 0..n {
-            out.push(
-                (xs[2 + i] - 1) * stride[i] - 2 * padding[i]
-                    + dilation[i] * (ws[2 + i] - 1)
-                    + op[i]
-                    + 1,
-            );
+            // In i128: no i64 input can overflow it.
+            let size = (xs[2 + i] as i128 - 1) * stride[i] as i128 - 2 * padding[i] as i128
+                + dilation[i] as i128 * (ws[2 + i] as i128 - 1)
+                + op[i] as i128
+                + 1;
+            if !(0..=i64::MAX as i128).contains(&size) {
+                return Err(format!(
+                    "transposed convolution output size {size} is invalid"
+                ));
+            }
+            out.push(size as i64);
         }
     }
     if let Some(b) = cx.opt_t("bias") {
@@ -1165,11 +1196,12 @@ pub fn batch_norm(cx: &InferCx) -> R<Vec<TensorType>> {
             channel_param(cx, p, &c)?;
         }
     }
-    let stat = if cx.op == Op::NativeBatchNormLegitNoTraining {
-        Dim::Static(0)
-    } else {
-        c
+    // Eval mode saves no statistics: torch returns empty tensors for them.
+    let training = match cx.op {
+        Op::NativeBatchNormLegitNoTraining => false,
+        _ => cx.bool("training")?,
     };
+    let stat = if training { c } else { Dim::Static(0) };
     Ok(vec![
         x.clone(),
         tt(x.dtype, vec![stat.clone()]),
@@ -1266,13 +1298,24 @@ pub fn gather(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;
     let i = cx.t("index")?;
     check_index_dtype(i, "index")?;
-    norm_dim(cx.int("dim")?, t.rank())?;
     if i.rank() != t.rank() && !(t.rank() == 0 && i.rank() <= 1) {
         return Err(format!(
             "index has rank {}, expected the rank of self ({})",
             i.rank(),
             t.rank()
         ));
+    }
+    let dim = norm_dim(cx.int("dim")?, t.rank())?;
+    for (d, (a, b)) in i.shape.iter().zip(&t.shape).enumerate() {
+        if let (Some(a), Some(b)) = (a.as_static(), b.as_static()) {
+            if d != dim && a > b {
+                return Err(format!(
+                    "index has shape {}, larger than self {} outside dimension {dim}",
+                    shape_string(&i.shape),
+                    shape_string(&t.shape)
+                ));
+            }
+        }
     }
     Ok(vec![tt(t.dtype, i.shape.clone())])
 }
@@ -1489,7 +1532,19 @@ pub fn convolution_backward(cx: &InferCx) -> R<Vec<TensorType>> {
     let empty = st(x.dtype, &[0]);
     let bias = match cx.opt_ints("bias_sizes")? {
         Some(b) => st(x.dtype, &b),
-        None => st(x.dtype, &[w.shape[0].as_static().unwrap_or(0)]),
+        None => {
+            let groups = cx.int("groups")?;
+            let cout = if cx.bool("transposed")? {
+                w.shape
+                    .get(1)
+                    .and_then(Dim::as_static)
+                    .unwrap_or(0)
+                    .saturating_mul(groups)
+            } else {
+                w.shape.first().and_then(Dim::as_static).unwrap_or(0)
+            };
+            st(x.dtype, &[cout])
+        }
     };
     let pick = |on: bool, t: TensorType| if on { t } else { empty.clone() };
     Ok(vec![
@@ -1657,5 +1712,72 @@ mod tests {
         assert_eq!(slice_bounds(10, Some(2), Some(i64::MAX), 3), (2, 10, 3));
         assert_eq!(slice_bounds(10, Some(-3), None, 1), (7, 10, 3));
         assert_eq!(slice_bounds(10, Some(8), Some(2), 1), (8, 8, 0));
+    }
+}
+
+/// `index_put(self, indices, values, accumulate)`: the type of `self`; indices are integer or
+/// boolean masks, and `values` has `self`'s dtype.
+pub fn index_put(cx: &InferCx) -> R<Vec<TensorType>> {
+    let t = cx.t("self")?;
+    for (d, i) in cx.list("indices")?.iter().enumerate() {
+        if let Some(i) = i {
+            if !matches!(i.dtype, DType::I64 | DType::I32 | DType::Bool | DType::U8) {
+                return Err(format!(
+                    "index {d} has dtype {}, expected an integer or bool",
+                    i.dtype
+                ));
+            }
+        }
+    }
+    let v = cx.t("values")?;
+    if v.dtype != t.dtype {
+        return Err(format!(
+            "values have dtype {}, expected {} (the dtype of self)",
+            v.dtype, t.dtype
+        ));
+    }
+    Ok(vec![t.clone()])
+}
+
+#[cfg(test)]
+mod rule_tests {
+    use crate::text::parse_graph;
+
+    fn err_of(body: &str) -> String {
+        match parse_graph(&format!("graph {{\n{body}\n}}\n")) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn edge_cases_are_errors_not_panics() {
+        // 0-d reduction with an explicit dim is valid.
+        assert_eq!(
+            err_of(
+                "  %x: f32[] = input\n  %s: f32[] = aten.sum.dim_IntList(%x, dim=[0])\n  return %s"
+            ),
+            ""
+        );
+        // huge step: one element
+        assert_eq!(err_of("  %x: f32[5] = input\n  %s: f32[1] = aten.slice.Tensor(%x, step=9223372036854775807)\n  return %s"), "");
+        let e = err_of("  %x: f32[4] = input\n  %r: f32[4] = aten.repeat.default(%x, repeats=[4611686018427387904])\n  return %r");
+        assert!(e.contains("overflow"), "{e}");
+        let e = err_of("  %x: f32[4] = input\n  %r: f32[4] = aten.constant_pad_nd.default(%x, pad=[9223372036854775807, 9223372036854775807])\n  return %r");
+        assert!(e.contains("overflows"), "{e}");
+        let e = err_of("  %x: f32[1, 1, 4] = input\n  %r: f32[1, 1, 1] = aten.max_pool2d_with_indices.default(%x, kernel_size=[9223372036854775807, 1])\n  return %r");
+        assert!(e.contains("overflow") || e.contains("larger"), "{e}");
+    }
+
+    #[test]
+    fn division_without_rounding_is_true_division() {
+        assert_eq!(err_of("  %a: i64[3] = input\n  %b: i64[3] = input\n  %d: f32[3] = aten.div.Tensor_mode(%a, %b, rounding_mode=none)\n  return %d"), "");
+        assert_eq!(err_of("  %a: i64[3] = input\n  %b: i64[3] = input\n  %d: i64[3] = aten.div.Tensor_mode(%a, %b, rounding_mode=\"floor\")\n  return %d"), "");
+    }
+
+    #[test]
+    fn gather_index_may_not_exceed_self() {
+        let e = err_of("  %x: f32[2, 3] = input\n  %i: i64[4, 1] = input\n  %g: f32[4, 1] = aten.gather.default(%x, %i, dim=1)\n  return %g");
+        assert!(e.contains("larger than self"), "{e}");
     }
 }

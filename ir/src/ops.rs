@@ -156,7 +156,7 @@ ops! {
     GtTensor = "aten.gt.Tensor" ["self" Tensor, "other" Tensor] -> 1, compare;
     Hardtanh = "aten.hardtanh.default" ["self" Tensor, "min_val" Scalar = D::Int(-1), "max_val" Scalar = D::Int(1)] -> 1, same;
     IndexTensor = "aten.index.Tensor" ["self" Tensor, "indices" OptTensors] -> 1, index;
-    IndexPut = "aten.index_put.default" ["self" Tensor, "indices" OptTensors, "values" Tensor, "accumulate" Bool = D::Bool(false)] -> 1, same;
+    IndexPut = "aten.index_put.default" ["self" Tensor, "indices" OptTensors, "values" Tensor, "accumulate" Bool = D::Bool(false)] -> 1, index_put;
     IndexSelect = "aten.index_select.default" ["self" Tensor, "dim" Int, "index" Tensor] -> 1, index_select;
     Isinf = "aten.isinf.default" ["self" Tensor] -> 1, bool_unary;
     Isnan = "aten.isnan.default" ["self" Tensor] -> 1, bool_unary;

@@ -53,7 +53,16 @@ fn conv_transposed(
             (e - padding[i], e - padding[i] + output_padding[i])
         })
         .collect();
-    em.convolution(x, &wf, &vec![1; n], &pads, stride, dilation, groups, out_shape)
+    em.convolution(
+        x,
+        &wf,
+        &vec![1; n],
+        &pads,
+        stride,
+        dilation,
+        groups,
+        out_shape,
+    )
 }
 
 /// `convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)`.
@@ -75,10 +84,29 @@ pub(crate) fn convolution(cx: &mut Cx) -> R<V> {
     let xc = em.convert(&x, cd);
     let wc = em.convert(&w, cd);
     let mut y = if transposed {
-        conv_transposed(em, &xc, &wc, &stride, &padding, &dilation, &output_padding, groups, &os)
+        conv_transposed(
+            em,
+            &xc,
+            &wc,
+            &stride,
+            &padding,
+            &dilation,
+            &output_padding,
+            groups,
+            &os,
+        )
     } else {
         let pads: Vec<(i64, i64)> = padding.iter().map(|&p| (p, p)).collect();
-        em.convolution(&xc, &wc, &stride, &pads, &vec![1; n], &dilation, groups, &os)
+        em.convolution(
+            &xc,
+            &wc,
+            &stride,
+            &pads,
+            &vec![1; n],
+            &dilation,
+            groups,
+            &os,
+        )
     };
     if let Some(b) = bias {
         let b = em.convert(&b, cd);
@@ -119,10 +147,14 @@ pub(crate) fn convolution_backward(cx: &mut Cx) -> R<Vec<V>> {
             .map(|i| {
                 let k = w.shape[2 + i];
                 x.shape[2 + i]
-                    - ((g.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (k - 1) + 1)
+                    - ((g.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
+                        + dilation[i] * (k - 1)
+                        + 1)
             })
             .collect();
-        outs.push(conv_transposed(em, &g, &w, &stride, &padding, &dilation, &op, groups, &shapes[0]));
+        outs.push(conv_transposed(
+            em, &g, &w, &stride, &padding, &dilation, &op, groups, &shapes[0],
+        ));
     } else {
         outs.push(em.splat(cd, &shapes[0], Num::I(0)));
     }

@@ -248,7 +248,11 @@ pub(crate) fn binary(cx: &mut Cx, b: Bin) -> R<V> {
     let a = em.convert(&x, cd);
     let a = em.bcast_to(&a, &shape);
     let mut c = operand(em, &o, cd, &shape);
-    let (a, c0) = if mode == "swap" { (c.clone(), a) } else { (a, c.clone()) };
+    let (a, c0) = if mode == "swap" {
+        (c.clone(), a)
+    } else {
+        (a, c.clone())
+    };
     c = c0;
     if let Some(al) = alpha {
         if al != Num::I(1) && cd != DType::Bool {

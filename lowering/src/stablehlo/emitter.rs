@@ -72,7 +72,12 @@ fn nonfinite_hex(d: DType, x: f64) -> String {
         (DType::F16, true) => "0x7E00".into(),
         (DType::BF16, true) => "0x7FC0".into(),
         (DType::F32, false) => if neg { "0xFF800000" } else { "0x7F800000" }.into(),
-        (DType::F64, false) => if neg { "0xFFF0000000000000" } else { "0x7FF0000000000000" }.into(),
+        (DType::F64, false) => if neg {
+            "0xFFF0000000000000"
+        } else {
+            "0x7FF0000000000000"
+        }
+        .into(),
         (DType::F16, false) => if neg { "0xFC00" } else { "0x7C00" }.into(),
         _ => if neg { "0xFF80" } else { "0x7F80" }.into(),
     }
@@ -90,7 +95,11 @@ pub fn literal(d: DType, n: Num) -> String {
         };
         if x.is_finite() && x.abs() > max {
             // Round to the nearest representable value as a cast would (overflow gives inf).
-            x = if x > 0.0 { f64::INFINITY } else { f64::NEG_INFINITY };
+            x = if x > 0.0 {
+                f64::INFINITY
+            } else {
+                f64::NEG_INFINITY
+            };
         }
         if x.is_finite() {
             format!("{x:.17e}")
@@ -151,7 +160,10 @@ impl V {
 }
 
 fn join<T: ToString>(xs: &[T]) -> String {
-    xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+    xs.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn types(vs: &[V]) -> String {
@@ -159,7 +171,10 @@ fn types(vs: &[V]) -> String {
 }
 
 fn names(vs: &[V]) -> String {
-    vs.iter().map(|v| v.name.clone()).collect::<Vec<_>>().join(", ")
+    vs.iter()
+        .map(|v| v.name.clone())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn arr(xs: &[i64]) -> String {
@@ -682,12 +697,19 @@ impl Em {
                 shape: vec![],
             })
             .collect();
-        let decl: Vec<String> = args.iter().map(|a| format!("{}: {}", a.name, a.ty())).collect();
+        let decl: Vec<String> = args
+            .iter()
+            .map(|a| format!("{}: {}", a.name, a.ty()))
+            .collect();
         self.indent += 1;
         self.line(&format!("^bb0({}):", decl.join(", ")));
         self.indent += 1;
         let rets = body(self, &args);
-        self.line(&format!("stablehlo.return {} : {}", names(&rets), types(&rets)));
+        self.line(&format!(
+            "stablehlo.return {} : {}",
+            names(&rets),
+            types(&rets)
+        ));
         self.indent -= 2;
     }
 
@@ -711,8 +733,10 @@ impl Em {
             .collect();
         let mut all = inputs.to_vec();
         all.extend(inits.iter().cloned());
-        let outs: Vec<(DType, Vec<i64>)> =
-            inputs.iter().map(|x| (x.dtype, out_shape.clone())).collect();
+        let outs: Vec<(DType, Vec<i64>)> = inputs
+            .iter()
+            .map(|x| (x.dtype, out_shape.clone()))
+            .collect();
         let out_tys: Vec<String> = outs.iter().map(|(d, s)| tensor_ty(*d, s)).collect();
         let out_ty = if outs.len() == 1 {
             out_tys[0].clone()
@@ -761,7 +785,11 @@ impl Em {
         self.line(&format!("reducer{} {{", groups.join(" ")));
         self.indent += 1;
         let rets = body(self, &acc, &new);
-        self.line(&format!("stablehlo.return {} : {}", names(&rets), types(&rets)));
+        self.line(&format!(
+            "stablehlo.return {} : {}",
+            names(&rets),
+            types(&rets)
+        ));
         self.indent -= 1;
         self.line("}");
         self.indent -= 1;
@@ -816,8 +844,10 @@ impl Em {
         let pad: Vec<String> = padding.iter().map(|(l, h)| format!("[{l}, {h}]")).collect();
         let mut all = inputs.to_vec();
         all.extend(inits.iter().cloned());
-        let outs: Vec<(DType, Vec<i64>)> =
-            inputs.iter().map(|x| (x.dtype, out_shape.clone())).collect();
+        let outs: Vec<(DType, Vec<i64>)> = inputs
+            .iter()
+            .map(|x| (x.dtype, out_shape.clone()))
+            .collect();
         let out_tys: Vec<String> = outs.iter().map(|(d, s)| tensor_ty(*d, s)).collect();
         let out_ty = if outs.len() == 1 {
             out_tys[0].clone()
@@ -858,8 +888,16 @@ impl Em {
         rc: &[usize],
     ) -> V {
         let mut shape: Vec<i64> = lb.iter().map(|&d| a.shape[d]).collect();
-        shape.extend((0..a.rank()).filter(|d| !lb.contains(d) && !lc.contains(d)).map(|d| a.shape[d]));
-        shape.extend((0..b.rank()).filter(|d| !rb.contains(d) && !rc.contains(d)).map(|d| b.shape[d]));
+        shape.extend(
+            (0..a.rank())
+                .filter(|d| !lb.contains(d) && !lc.contains(d))
+                .map(|d| a.shape[d]),
+        );
+        shape.extend(
+            (0..b.rank())
+                .filter(|d| !rb.contains(d) && !rc.contains(d))
+                .map(|d| b.shape[d]),
+        );
         let batch = if lb.is_empty() {
             String::new()
         } else {
@@ -882,7 +920,14 @@ impl Em {
     }
 
     /// `gather` (generic form) with the given dimension numbers and slice sizes.
-    pub fn gather(&mut self, x: &V, idx: &V, dims: &GatherDims, slice_sizes: &[i64], out_shape: &[i64]) -> V {
+    pub fn gather(
+        &mut self,
+        x: &V,
+        idx: &V,
+        dims: &GatherDims,
+        slice_sizes: &[i64],
+        out_shape: &[i64],
+    ) -> V {
         self.def(
             format!(
                 "\"stablehlo.gather\"({}, {}) <{{dimension_numbers = #stablehlo.gather<offset_dims = [{}], collapsed_slice_dims = [{}], start_index_map = [{}], index_vector_dim = {}>, indices_are_sorted = false, slice_sizes = {}}}> : ({}, {}) -> {}",
@@ -926,7 +971,13 @@ impl Em {
             x.shape.clone(),
         );
         self.region(&[x.dtype, x.dtype], |em, a| vec![combine(em, &a[0], &a[1])]);
-        self.line(&format!("}}) : ({}, {}, {}) -> {}", x.ty(), idx.ty(), upd.ty(), x.ty()));
+        self.line(&format!(
+            "}}) : ({}, {}, {}) -> {}",
+            x.ty(),
+            idx.ty(),
+            upd.ty(),
+            x.ty()
+        ));
         r
     }
 
@@ -996,7 +1047,11 @@ impl Em {
         batch_groups: i64,
         out_shape: &[i64],
     ) -> V {
-        let pad: Vec<String> = win.padding.iter().map(|(l, h)| format!("[{l}, {h}]")).collect();
+        let pad: Vec<String> = win
+            .padding
+            .iter()
+            .map(|(l, h)| format!("[{l}, {h}]"))
+            .collect();
         let rev = vec!["false"; win.stride.len()].join(", ");
         self.def(
             format!(

@@ -74,14 +74,16 @@ fn point_scatter(em: &mut Em, x: &V, coords: &V, upd: &V, combine: &str) -> V {
     };
     let upd = em.convert(upd, x.dtype);
     let combine = combine.to_string();
-    em.scatter(x, coords, &upd, &dims, move |em, a, b| match combine.as_str() {
-        "sum" if a.dtype == DType::Bool => em.binary("or", a, b),
-        "sum" => em.add(a, b),
-        "prod" if a.dtype == DType::Bool => em.binary("and", a, b),
-        "prod" => em.mul(a, b),
-        "amax" => em.max(a, b),
-        "amin" => em.min(a, b),
-        _ => b.clone(),
+    em.scatter(x, coords, &upd, &dims, move |em, a, b| {
+        match combine.as_str() {
+            "sum" if a.dtype == DType::Bool => em.binary("or", a, b),
+            "sum" => em.add(a, b),
+            "prod" if a.dtype == DType::Bool => em.binary("and", a, b),
+            "prod" => em.mul(a, b),
+            "amax" => em.max(a, b),
+            "amin" => em.min(a, b),
+            _ => b.clone(),
+        }
     })
 }
 
@@ -169,7 +171,11 @@ fn advanced(em: &mut Em, x: &V, idx: &[Option<V>]) -> R<Advanced> {
         let first = positions[0];
         let mut s: Vec<i64> = (0..first).map(|d| x.shape[d]).collect();
         s.extend(&b);
-        s.extend((first..x.rank()).filter(|d| !positions.contains(d)).map(|d| x.shape[d]));
+        s.extend(
+            (first..x.rank())
+                .filter(|d| !positions.contains(d))
+                .map(|d| x.shape[d]),
+        );
         let off: Vec<i64> = (0..first as i64)
             .chain((first + b.len()) as i64..s.len() as i64)
             .collect();
@@ -305,7 +311,11 @@ pub(crate) fn scatter_reduce(cx: &mut Cx) -> R<V> {
         let iv = em.splat(x.dtype, &i.shape, ident);
         point_scatter(em, &x, &c, &iv, "replace")
     };
-    let comb = if reduce == "mean" { "sum" } else { reduce.as_str() };
+    let comb = if reduce == "mean" {
+        "sum"
+    } else {
+        reduce.as_str()
+    };
     let r = point_scatter(em, &base, &c, &upd, comb);
     if reduce != "mean" {
         return Ok(r);

@@ -66,7 +66,14 @@ fn p_norm(em: &mut Em, diff: &V, p: f64, out_shape: &[i64]) -> V {
         return reduce_op(em, &f, &[last], "add", Num::I(0), out_shape);
     }
     if p.is_infinite() {
-        return reduce_op(em, &a, &[last], "maximum", Num::F(f64::NEG_INFINITY), out_shape);
+        return reduce_op(
+            em,
+            &a,
+            &[last],
+            "maximum",
+            Num::F(f64::NEG_INFINITY),
+            out_shape,
+        );
     }
     if p == 1.0 {
         return reduce_op(em, &a, &[last], "add", Num::I(0), out_shape);

@@ -83,7 +83,10 @@ impl Cx<'_> {
     pub fn t(&self, name: &str) -> R<V> {
         match self.arg(name)? {
             Arg::Tensor(v) => self.value(*v),
-            a => Err(format!("argument `{name}` is {}, expected a tensor", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a tensor",
+                a.kind_name()
+            )),
         }
     }
 
@@ -102,7 +105,10 @@ impl Cx<'_> {
                 .iter()
                 .map(|v| v.map(|v| self.value(v)).transpose())
                 .collect(),
-            a => Err(format!("argument `{name}` is {}, expected a tensor list", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a tensor list",
+                a.kind_name()
+            )),
         }
     }
 
@@ -110,7 +116,10 @@ impl Cx<'_> {
     pub fn int(&self, name: &str) -> R<i64> {
         match self.arg(name)? {
             Arg::Int(n) => Ok(*n),
-            a => Err(format!("argument `{name}` is {}, expected an int", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected an int",
+                a.kind_name()
+            )),
         }
     }
 
@@ -127,7 +136,10 @@ impl Cx<'_> {
         match self.arg(name)? {
             Arg::Ints(v) => Ok(v.clone()),
             Arg::Int(n) => Ok(vec![*n]),
-            a => Err(format!("argument `{name}` is {}, expected an int list", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected an int list",
+                a.kind_name()
+            )),
         }
     }
 
@@ -143,7 +155,10 @@ impl Cx<'_> {
     pub fn bool(&self, name: &str) -> R<bool> {
         match self.arg(name)? {
             Arg::Bool(b) => Ok(*b),
-            a => Err(format!("argument `{name}` is {}, expected a bool", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a bool",
+                a.kind_name()
+            )),
         }
     }
 
@@ -165,7 +180,12 @@ impl Cx<'_> {
             Arg::Float(x) => Some(Num::F(*x)),
             Arg::Bool(b) => Some(Num::B(*b)),
             Arg::None => None,
-            a => return Err(format!("argument `{name}` is {}, expected a number", a.kind_name())),
+            a => {
+                return Err(format!(
+                    "argument `{name}` is {}, expected a number",
+                    a.kind_name()
+                ))
+            }
         })
     }
 
@@ -174,7 +194,10 @@ impl Cx<'_> {
         match self.arg(name)? {
             Arg::Str(s) => Ok(Some(s.clone())),
             Arg::None => Ok(None),
-            a => Err(format!("argument `{name}` is {}, expected a string", a.kind_name())),
+            a => Err(format!(
+                "argument `{name}` is {}, expected a string",
+                a.kind_name()
+            )),
         }
     }
 
@@ -244,14 +267,20 @@ pub fn emit(model: &Model, opts: &EmitOptions) -> Result<String, LowerError> {
                 }
                 let t = target.as_deref().unwrap_or("");
                 let w = model.weights.get(t).ok_or_else(|| {
-                    node_err(i, format!("{} '{t}' has no tensor in the weights", kind.name()))
+                    node_err(
+                        i,
+                        format!("{} '{t}' has no tensor in the weights", kind.name()),
+                    )
                 })?;
                 let shape: Vec<i64> = w.shape.iter().map(|&d| d as i64).collect();
                 let want = n.results[0].static_shape();
                 if want.as_deref() != Some(&shape[..]) || w.dtype != n.results[0].dtype {
                     return Err(node_err(
                         i,
-                        format!("weight '{t}' is {}{:?}, input declares {}", w.dtype, w.shape, n.results[0]),
+                        format!(
+                            "weight '{t}' is {}{:?}, input declares {}",
+                            w.dtype, w.shape, n.results[0]
+                        ),
                     ));
                 }
                 vals[i] = vec![em.dense_bytes(w.dtype, &shape, &w.bytes)];
@@ -318,8 +347,13 @@ fn fit_results(em: &mut Em, n: &Node, outs: Vec<V>) -> R<Vec<V>> {
 
 fn module_text(_g: &Graph, params: &[V], results: &[V], body: &str) -> String {
     let mut s = String::new();
-    s.push_str("module @fxhlo attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n");
-    let args: Vec<String> = params.iter().map(|p| format!("{}: {}", p.name, p.ty())).collect();
+    s.push_str(
+        "module @fxhlo attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n",
+    );
+    let args: Vec<String> = params
+        .iter()
+        .map(|p| format!("{}: {}", p.name, p.ty()))
+        .collect();
     let rtys: Vec<String> = results.iter().map(V::ty).collect();
     let _ = writeln!(
         s,

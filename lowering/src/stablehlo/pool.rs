@@ -30,7 +30,11 @@ fn pool_params(cx: &Cx, x: &V) -> R<Pool> {
     let n = if op.aten().contains("3d") { 3 } else { 2 };
     let k = n_ints(cx.ints("kernel_size")?, n);
     let s = cx.ints("stride")?;
-    let s = if s.is_empty() { k.clone() } else { n_ints(s, n) };
+    let s = if s.is_empty() {
+        k.clone()
+    } else {
+        n_ints(s, n)
+    };
     let p = n_ints(cx.ints("padding")?, n);
     let d = if op.param_index("dilation").is_some() {
         n_ints(cx.ints("dilation")?, n)
@@ -157,7 +161,14 @@ pub(crate) fn max_pool_backward(cx: &mut Cx) -> R<V> {
 }
 
 /// Per-dim divisor factors of average pooling, as PyTorch computes them.
-fn avg_factors(input: i64, out: i64, k: i64, s: i64, p: i64, include_pad: bool) -> Vec<(i64, i64, i64)> {
+fn avg_factors(
+    input: i64,
+    out: i64,
+    k: i64,
+    s: i64,
+    p: i64,
+    include_pad: bool,
+) -> Vec<(i64, i64, i64)> {
     (0..out)
         .map(|o| {
             let start = o * s - p;
@@ -186,7 +197,16 @@ fn avg_args(cx: &Cx, x: &V) -> R<AvgArgs> {
 /// The divisor of every output position (spatial dims only), as a constant.
 fn divisors(a: &AvgArgs, in_sp: &[i64], out_sp: &[i64]) -> Vec<f32> {
     let f: Vec<Vec<(i64, i64, i64)>> = (0..a.pl.n)
-        .map(|i| avg_factors(in_sp[i], out_sp[i], a.pl.k[i], a.pl.s[i], a.pl.p[i], a.include_pad))
+        .map(|i| {
+            avg_factors(
+                in_sp[i],
+                out_sp[i],
+                a.pl.k[i],
+                a.pl.s[i],
+                a.pl.p[i],
+                a.include_pad,
+            )
+        })
         .collect();
     let total: i64 = out_sp.iter().product();
     (0..total)
@@ -277,7 +297,14 @@ pub(crate) fn avg_pool_backward(cx: &mut Cx) -> R<V> {
     let dv = em.bcast_in_dim(&dv, &g.shape, &dims);
     let mut v = em.div(&gc, &dv);
     for i in 0..pl.n {
-        let f = avg_factors(in_sp[i], out_sp[i], pl.k[i], pl.s[i], pl.p[i], a.include_pad);
+        let f = avg_factors(
+            in_sp[i],
+            out_sp[i],
+            pl.k[i],
+            pl.s[i],
+            pl.p[i],
+            a.include_pad,
+        );
         let mut m = vec![0f32; (out_sp[i] * in_sp[i]) as usize];
         for (o, &(s, e, _)) in f.iter().enumerate() {
             for j in s..e {
@@ -338,7 +365,11 @@ pub(crate) fn adaptive_avg_pool_backward(cx: &mut Cx) -> R<V> {
 pub(crate) fn upsample(cx: &mut Cx, bilinear: bool) -> R<V> {
     let x = cx.t("input")?;
     let os = cx.out_shape(0)?;
-    let align = if bilinear { cx.bool("align_corners")? } else { false };
+    let align = if bilinear {
+        cx.bool("align_corners")?
+    } else {
+        false
+    };
     let scales: Option<Vec<f64>> = match cx.node.arg("scale_factors") {
         Some(Arg::Floats(f)) => Some(f.clone()),
         _ => None,
@@ -396,7 +427,9 @@ pub(crate) fn grid_sampler_2d(cx: &mut Cx) -> R<V> {
         return Err("bicubic grid sampling is not lowered (only bilinear and nearest)".into());
     }
     if pad > 1 {
-        return Err("reflection padding of grid_sampler_2d is not lowered (only zeros and border)".into());
+        return Err(
+            "reflection padding of grid_sampler_2d is not lowered (only zeros and border)".into(),
+        );
     }
     let os = cx.out_shape(0)?;
     let em = &mut *cx.em;

@@ -39,7 +39,11 @@ fn dims_of(cx: &Cx) -> R<Vec<usize>> {
 /// Identity of a reduction in dtype `d`.
 pub(crate) fn init_max(d: DType, max: bool) -> Num {
     if d.is_float() {
-        Num::F(if max { f64::NEG_INFINITY } else { f64::INFINITY })
+        Num::F(if max {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        })
     } else if d == DType::Bool {
         Num::B(!max)
     } else {
@@ -55,7 +59,14 @@ pub(crate) fn init_max(d: DType, max: bool) -> Num {
 }
 
 /// `reduce` with one op, then reshaped to `out_shape` (keepdim).
-pub(crate) fn reduce_op(em: &mut Em, x: &V, dims: &[usize], op: &str, init: Num, out_shape: &[i64]) -> V {
+pub(crate) fn reduce_op(
+    em: &mut Em,
+    x: &V,
+    dims: &[usize],
+    op: &str,
+    init: Num,
+    out_shape: &[i64],
+) -> V {
     let i = em.scalar(x.dtype, init);
     let r = em.reduce1(x, &i, dims, op);
     em.reshape(&r, out_shape)
@@ -224,9 +235,15 @@ pub(crate) fn prefix_sum(em: &mut Em, x: &V, dim: usize) -> V {
     pad[dim] = ((n - 1).max(0), 0);
     let init = em.scalar(x.dtype, Num::I(0));
     let ones = vec![1; r];
-    let out = em.reduce_window(std::slice::from_ref(x), &[init], &window, &ones, &ones, &pad, |em, a, b| {
-        vec![em.add(&a[0], &b[0])]
-    });
+    let out = em.reduce_window(
+        std::slice::from_ref(x),
+        &[init],
+        &window,
+        &ones,
+        &ones,
+        &pad,
+        |em, a, b| vec![em.add(&a[0], &b[0])],
+    );
     out[0].clone()
 }
 
