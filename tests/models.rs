@@ -58,3 +58,17 @@ fn ir_text_snapshots() {
         insta::assert_snapshot!(format!("ir_{name}"), fxhlo_ir::text::print_graph(&m.graph));
     }
 }
+
+#[test]
+fn stablehlo_snapshots_are_deterministic() {
+    use fxhlo_lowering::stablehlo::{emit, EmitOptions};
+    for dir in testdata() {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let m = fxhlo::load_model(&dir.join("graph.json")).unwrap();
+        let opts = EmitOptions::default();
+        let text = emit(&m, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let again = emit(&fxhlo::load_model(&dir.join("graph.json")).unwrap(), &opts).unwrap();
+        assert_eq!(text, again, "{name}: emission is not deterministic");
+        insta::assert_snapshot!(format!("stablehlo_{name}"), text);
+    }
+}

@@ -76,6 +76,12 @@ _DROPPED_OPS = {
 _UNSTABLE_META = ("from_node", "stack_trace")
 
 
+# c10::ScalarType codes, as integer schema defaults spell dtypes.
+_SCALAR_TYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
+                 5: torch.float16, 6: torch.float32, 7: torch.float64, 11: torch.bool,
+                 15: torch.bfloat16}
+
+
 class DumpError(Exception):
     """The model/graph cannot be represented in fxjson."""
 
@@ -161,6 +167,8 @@ class _Encoder:
         if isinstance(value, bool):
             return {"bool": value}
         if isinstance(value, int):
+            if "ScalarType" in str(t):  # a schema default such as randperm's dtype=4
+                return {"dtype": dtype_name(_SCALAR_TYPES[value], where)}
             if isinstance(base, torch.FloatType):
                 return {"float": _float(float(value))}
             if isinstance(base, torch.ListType):

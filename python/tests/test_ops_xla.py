@@ -588,19 +588,6 @@ def _flat(r):
     return _pytree.tree_flatten(r)[0]
 
 
-def _fix_dtype_defaults(g):
-    """Workaround: fxhlo.dump writes a ScalarType schema default (randperm's dtype=torch.int64)
-    as ``{"int": 4}`` instead of ``{"dtype": "i64"}``; the reader rightly refuses it.  Remove
-    once fxhlo.dump encodes it (c10 ScalarType codes as in torch/_C: Long=4, Float=6, ...)."""
-    codes = {0: "u8", 1: "i8", 2: "i16", 3: "i32", 4: "i64", 5: "f16", 6: "f32", 7: "f64",
-             11: "bool", 15: "bf16"}
-    for n in g["nodes"]:
-        d = n["args"].get("dtype")
-        if isinstance(d, dict) and "int" in d:
-            n["args"]["dtype"] = {"dtype": codes[d["int"]]}
-    return g
-
-
 def write_graph(model, inputs, folder, exact: bool, raw: bool = False):
     """Dumps ``model`` with ``fxhlo.dump.dump``; nondeterministic graphs (random ops, empty)
     are written with the same exporter but without dump's eager re-check."""
@@ -608,7 +595,7 @@ def write_graph(model, inputs, folder, exact: bool, raw: bool = False):
         fxdump.dump(model, inputs, folder, name="sweep", tolerance={"rtol": 1e-3, "atol": 1e-3})
         return json.loads((Path(folder) / "graph.json").read_text())
     ep = torch.export.export(model.eval(), inputs) if raw else fxdump.export_program(model, inputs)
-    g = _fix_dtype_defaults(fxdump.graph_to_fxjson(ep))
+    g = fxdump.graph_to_fxjson(ep)
     os.makedirs(folder, exist_ok=True)
     (Path(folder) / "graph.json").write_text(fxdump.to_json_text(g))
     from safetensors.torch import save_file
