@@ -1,12 +1,13 @@
 //! Passes over the fxhlo IR: the [`Pass`] trait, the [`PassManager`] with named pipelines,
-//! and the classic cleanup passes (dead code, common subexpressions, canonicalization).
-//!
-//! The e-graph optimizer and fusion planning are not here yet (see `docs/architecture.md`).
+//! the classic cleanup passes (dead code, common subexpressions, canonicalization), the
+//! e-graph optimizer ([`egraph`]) and fusion planning ([`fusion`]).
 #![warn(missing_docs)]
 
 pub mod canonicalize;
 pub mod cse;
 pub mod dce;
+pub mod egraph;
+pub mod fusion;
 pub mod rewrite;
 
 use fxhlo_ir::{Graph, IrError};
@@ -20,6 +21,8 @@ pub type Changed = bool;
 pub struct Cx {
     /// `(pass name, time, changed)` for every pass run, in order.
     pub timings: Vec<(&'static str, Duration, Changed)>,
+    /// The report of every `egraph` pass run, in order.
+    pub egraph: Vec<egraph::EgraphReport>,
 }
 
 /// A transformation of a graph.
@@ -36,12 +39,13 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
         "dce" => Box::new(dce::Dce),
         "cse" => Box::new(cse::Cse),
         "canonicalize" => Box::new(canonicalize::Canonicalize),
+        "egraph" => Box::new(egraph::Egraph::default()),
         _ => return None,
     })
 }
 
 /// Names of every pass, for help texts.
-pub const PASS_NAMES: &[&str] = &["canonicalize", "cse", "dce"];
+pub const PASS_NAMES: &[&str] = &["canonicalize", "cse", "dce", "egraph"];
 
 /// Runs a sequence of passes, optionally verifying and printing after each.
 pub struct PassManager {
@@ -53,19 +57,38 @@ pub struct PassManager {
 }
 
 impl PassManager {
-    /// The pipeline of an optimization level: `0` runs nothing, `1` cleans up, `2` (for now)
-    /// is `1` run to a fixed point.
+    /// The pipeline of an optimization level: `0` runs nothing, `1` cleans up
+    /// (canonicalize, cse, dce), `2` cleans up, runs the e-graph optimizer and cleans up again.
     pub fn for_level(level: u8) -> PassManager {
-        let names: &[&str] = match level {
+        PassManager::from_names(Self::level_names(level)).expect("built-in pipeline names exist")
+    }
+
+    /// Pass names of an optimization level's pipeline.
+    pub fn level_names(level: u8) -> &'static [&'static str] {
+        match level {
             0 => &[],
-            _ => &["canonicalize", "cse", "dce"],
-        };
-        let mut pm = PassManager::from_names(names).expect("built-in pipeline names exist");
-        if level >= 2 {
-            let again = PassManager::from_names(names).expect("built-in pipeline names exist");
-            pm.passes.extend(again.passes);
+            1 => &["canonicalize", "cse", "dce"],
+            _ => &[
+                "canonicalize",
+                "cse",
+                "egraph",
+                "canonicalize",
+                "cse",
+                "dce",
+            ],
         }
-        pm
+    }
+
+    /// Replaces the passes of this pipeline named like `pass` by `pass` (e.g. an `egraph`
+    /// pass with other bounds).
+    pub fn with_pass(mut self, make: impl Fn() -> Box<dyn Pass>) -> PassManager {
+        let name = make().name();
+        for p in &mut self.passes {
+            if p.name() == name {
+                *p = make();
+            }
+        }
+        self
     }
 
     /// A pipeline from pass names (`--passes a,b,c`).

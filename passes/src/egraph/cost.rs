@@ -7,8 +7,8 @@
 
 use super::lang::{Data, EGraph, ENode};
 use egg::Language;
-use std::collections::HashMap;
 use fxhlo_ir::{Graph, NodeKind, Op, TensorType};
+use std::collections::HashMap;
 
 /// Bytes of a tensor (0 when its shape is symbolic).
 pub fn bytes(t: &TensorType) -> f64 {
@@ -42,13 +42,19 @@ fn elementwise_weight(op: Op) -> f64 {
 /// Estimated FLOPs of one op, from its tensor argument types and result types.
 pub fn flops(op: Op, inputs: &[&TensorType], outputs: &[TensorType]) -> f64 {
     let out = outputs.first().map(numel).unwrap_or(0.0);
-    let dim = |t: &TensorType, i: usize| t.shape.get(i).and_then(|d| d.as_static()).unwrap_or(0) as f64;
+    let dim =
+        |t: &TensorType, i: usize| t.shape.get(i).and_then(|d| d.as_static()).unwrap_or(0) as f64;
     match op {
         Op::Mm => inputs.first().map_or(0.0, |a| 2.0 * out * dim(a, 1)),
         Op::Addmm => inputs.get(1).map_or(0.0, |a| 2.0 * out * dim(a, 1) + out),
         Op::Bmm => inputs.first().map_or(0.0, |a| 2.0 * out * dim(a, 2)),
         Op::Convolution => inputs.get(1).map_or(0.0, |w| {
-            let per_out: f64 = w.shape.iter().skip(1).map(|d| d.as_static().unwrap_or(0) as f64).product();
+            let per_out: f64 = w
+                .shape
+                .iter()
+                .skip(1)
+                .map(|d| d.as_static().unwrap_or(0) as f64)
+                .product();
             2.0 * out * per_out
         }),
         _ if is_view(op) => 0.0,
@@ -64,7 +70,8 @@ pub fn op_cost(op: Op, inputs: &[&TensorType], outputs: &[TensorType]) -> f64 {
     if is_view(op) {
         return 1.0;
     }
-    let moved: f64 = inputs.iter().map(|t| bytes(t)).sum::<f64>() + outputs.iter().map(bytes).sum::<f64>();
+    let moved: f64 =
+        inputs.iter().map(|t| bytes(t)).sum::<f64>() + outputs.iter().map(bytes).sum::<f64>();
     1.0 + moved + flops(op, inputs, outputs)
 }
 
@@ -73,12 +80,18 @@ pub fn graph_cost(g: &Graph) -> f64 {
     g.nodes
         .iter()
         .map(|n| {
-            let ins: Vec<&TensorType> = n.args.iter().flat_map(|a| a.values()).map(|v| g.ty(v)).collect();
+            let ins: Vec<&TensorType> = n
+                .args
+                .iter()
+                .flat_map(|a| a.values())
+                .map(|v| g.ty(v))
+                .collect();
             match &n.kind {
                 NodeKind::Input { .. } => 0.0,
                 NodeKind::Op(op) => op_cost(*op, &ins, &n.results),
                 NodeKind::Unsupported { .. } => {
-                    1.0 + ins.iter().map(|t| bytes(t)).sum::<f64>() + n.results.iter().map(bytes).sum::<f64>()
+                    1.0 + ins.iter().map(|t| bytes(t)).sum::<f64>()
+                        + n.results.iter().map(bytes).sum::<f64>()
                 }
             }
         })
@@ -119,7 +132,8 @@ impl CostFn {
                     ENode::Input(_) | ENode::Attr(_) | ENode::List(..) | ENode::Get(..) => 0.0,
                     ENode::Op(op, _) => op_cost(*op, &ins, &outs),
                     ENode::Opaque(..) => {
-                        1.0 + ins.iter().map(|t| bytes(t)).sum::<f64>() + outs.iter().map(bytes).sum::<f64>()
+                        1.0 + ins.iter().map(|t| bytes(t)).sum::<f64>()
+                            + outs.iter().map(bytes).sum::<f64>()
                     }
                 };
                 local.insert(n.clone(), c);
@@ -137,6 +151,9 @@ impl egg::CostFunction<ENode> for CostFn {
         C: FnMut(egg::Id) -> f64,
     {
         let local = self.local.get(enode).copied().unwrap_or(f64::INFINITY);
-        enode.children().iter().fold(local, |acc, &c| acc + costs(c))
+        enode
+            .children()
+            .iter()
+            .fold(local, |acc, &c| acc + costs(c))
     }
 }

@@ -131,7 +131,8 @@ impl egg::Language for ENode {
     }
 
     fn matches(&self, other: &Self) -> bool {
-        self.discriminant() == other.discriminant() && self.children().len() == other.children().len()
+        self.discriminant() == other.discriminant()
+            && self.children().len() == other.children().len()
     }
 
     fn children(&self) -> &[Id] {
@@ -174,7 +175,12 @@ impl egg::FromOp for ENode {
     /// Pattern syntax: `aten.<name>.<overload>` with one child per parameter, `get.N`,
     /// `list`, and attribute literals `none`, `true`, `false`, integers and floats.
     fn from_op(op: &str, children: Vec<Id>) -> Result<Self, Self::Error> {
-        let err = || ParseENodeError(format!("bad e-node '{op}' with {} children", children.len()));
+        let err = || {
+            ParseENodeError(format!(
+                "bad e-node '{op}' with {} children",
+                children.len()
+            ))
+        };
         if let Some(o) = Op::from_aten(op) {
             return if o.info().params.len() == children.len() {
                 Ok(ENode::Op(o, children))
@@ -184,7 +190,9 @@ impl egg::FromOp for ENode {
         }
         if let Some(i) = op.strip_prefix("get.") {
             let i = i.parse().map_err(|_| err())?;
-            let c: [Id; 1] = children.try_into().map_err(|_| ParseENodeError(op.into()))?;
+            let c: [Id; 1] = children
+                .try_into()
+                .map_err(|_| ParseENodeError(op.into()))?;
             return Ok(ENode::Get(i, c));
         }
         if op == "list" {
@@ -270,7 +278,9 @@ pub fn infer_op(op: Op, children: &[&Data]) -> Data {
                 types.push(ArgType::One(t.clone()));
             }
             Data::List(ts) => {
-                args.push(Arg::Tensors(ts.iter().map(|t| t.as_ref().map(|_| dummy)).collect()));
+                args.push(Arg::Tensors(
+                    ts.iter().map(|t| t.as_ref().map(|_| dummy)).collect(),
+                ));
                 types.push(ArgType::List(ts.clone()));
             }
             Data::Tuple(_) => return Data::Invalid("a tuple used as an argument".into()),
@@ -298,7 +308,14 @@ impl egg::Analysis<ENode> for TensorAnalysis {
     type Data = Data;
 
     fn make(egraph: &mut EGraph, enode: &ENode) -> Data {
-        let src = |i: usize| egraph.analysis.source_types.get(i).cloned().unwrap_or_default();
+        let src = |i: usize| {
+            egraph
+                .analysis
+                .source_types
+                .get(i)
+                .cloned()
+                .unwrap_or_default()
+        };
         match enode {
             ENode::Input(i) => tuple_or_tensor(src(*i), true),
             ENode::Opaque(i, _) => tuple_or_tensor(src(*i), true),
@@ -378,7 +395,9 @@ pub fn to_egraph(g: &Graph) -> Translation {
                 .collect();
             eg.add(ENode::Opaque(i, cs))
         } else {
-            let NodeKind::Op(op) = n.kind else { unreachable!("handled above") };
+            let NodeKind::Op(op) = n.kind else {
+                unreachable!("handled above")
+            };
             let mut cs = Vec::with_capacity(n.args.len());
             for a in &n.args {
                 cs.push(match a {

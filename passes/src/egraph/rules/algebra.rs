@@ -6,10 +6,18 @@ use super::*;
 /// The algebra rules.
 pub fn rules() -> Vec<Rw> {
     vec![
-        rule("neg-neg", "(aten.neg.default (aten.neg.default ?x))", neg_neg),
+        rule(
+            "neg-neg",
+            "(aten.neg.default (aten.neg.default ?x))",
+            neg_neg,
+        ),
         rule("relu-relu", "(aten.relu.default ?y)", relu_relu),
         rule("add-self", "(aten.add.Tensor ?x ?x 1)", add_self),
-        rule("add-neg-to-sub", "(aten.add.Tensor ?a (aten.neg.default ?b) 1)", add_neg),
+        rule(
+            "add-neg-to-sub",
+            "(aten.add.Tensor ?a (aten.neg.default ?b) 1)",
+            add_neg,
+        ),
         rule("add-commute", "(aten.add.Tensor ?a ?b 1)", add_commute),
         rule("mul-commute", "(aten.mul.Tensor ?a ?b)", mul_commute),
         rule(

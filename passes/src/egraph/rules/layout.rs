@@ -11,11 +11,31 @@ pub fn rules() -> Vec<Rw> {
             "(aten.permute.default (aten.permute.default ?x ?p) ?q)",
             permute_permute,
         ),
-        rule("permute-identity", "(aten.permute.default ?x ?p)", permute_identity),
-        rule("permute-through-unary", "(aten.permute.default ?y ?p)", permute_through_unary),
-        rule("unary-through-permute", "(aten.relu.default (aten.permute.default ?x ?p))", unary_through_permute),
-        rule("permute-binary", "(aten.add.Tensor (aten.permute.default ?a ?p) (aten.permute.default ?b ?p) ?alpha)", permute_add),
-        rule("permute-binary-mul", "(aten.mul.Tensor (aten.permute.default ?a ?p) (aten.permute.default ?b ?p))", permute_mul),
+        rule(
+            "permute-identity",
+            "(aten.permute.default ?x ?p)",
+            permute_identity,
+        ),
+        rule(
+            "permute-through-unary",
+            "(aten.permute.default ?y ?p)",
+            permute_through_unary,
+        ),
+        rule(
+            "unary-through-permute",
+            "(aten.relu.default (aten.permute.default ?x ?p))",
+            unary_through_permute,
+        ),
+        rule(
+            "permute-binary",
+            "(aten.add.Tensor (aten.permute.default ?a ?p) (aten.permute.default ?b ?p) ?alpha)",
+            permute_add,
+        ),
+        rule(
+            "permute-binary-mul",
+            "(aten.mul.Tensor (aten.permute.default ?a ?p) (aten.permute.default ?b ?p))",
+            permute_mul,
+        ),
     ]
 }
 

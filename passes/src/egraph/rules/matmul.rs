@@ -7,20 +7,56 @@ use super::*;
 /// The matmul rules.
 pub fn rules() -> Vec<Rw> {
     vec![
-        rule("mm-bias-to-addmm", "(aten.add.Tensor (aten.mm.default ?a ?b) ?c 1)", mm_bias),
-        rule("mm-pull-scalar-lhs", "(aten.mm.default (aten.mul.Scalar ?a ?s) ?b)", pull_lhs_mm),
-        rule("mm-pull-scalar-rhs", "(aten.mm.default ?a (aten.mul.Scalar ?b ?s))", pull_rhs_mm),
-        rule("bmm-pull-scalar-lhs", "(aten.bmm.default (aten.mul.Scalar ?a ?s) ?b)", pull_lhs_bmm),
-        rule("bmm-pull-scalar-rhs", "(aten.bmm.default ?a (aten.mul.Scalar ?b ?s))", pull_rhs_bmm),
-        rule("mm-push-scalar", "(aten.mul.Scalar (aten.mm.default ?a ?b) ?s)", push_mm),
-        rule("bmm-push-scalar", "(aten.mul.Scalar (aten.bmm.default ?a ?b) ?s)", push_bmm),
+        rule(
+            "mm-bias-to-addmm",
+            "(aten.add.Tensor (aten.mm.default ?a ?b) ?c 1)",
+            mm_bias,
+        ),
+        rule(
+            "mm-pull-scalar-lhs",
+            "(aten.mm.default (aten.mul.Scalar ?a ?s) ?b)",
+            pull_lhs_mm,
+        ),
+        rule(
+            "mm-pull-scalar-rhs",
+            "(aten.mm.default ?a (aten.mul.Scalar ?b ?s))",
+            pull_rhs_mm,
+        ),
+        rule(
+            "bmm-pull-scalar-lhs",
+            "(aten.bmm.default (aten.mul.Scalar ?a ?s) ?b)",
+            pull_lhs_bmm,
+        ),
+        rule(
+            "bmm-pull-scalar-rhs",
+            "(aten.bmm.default ?a (aten.mul.Scalar ?b ?s))",
+            pull_rhs_bmm,
+        ),
+        rule(
+            "mm-push-scalar",
+            "(aten.mul.Scalar (aten.mm.default ?a ?b) ?s)",
+            push_mm,
+        ),
+        rule(
+            "bmm-push-scalar",
+            "(aten.mul.Scalar (aten.bmm.default ?a ?b) ?s)",
+            push_bmm,
+        ),
         rule(
             "mm-transposes",
             "(aten.mm.default (aten.permute.default ?a ?p) (aten.permute.default ?b ?q))",
             mm_transposes,
         ),
-        rule("transpose-of-mm", "(aten.permute.default (aten.mm.default ?a ?b) ?p)", transpose_of_mm),
-        rule("transpose-of-bmm", "(aten.permute.default (aten.bmm.default ?a ?b) ?p)", transpose_of_bmm),
+        rule(
+            "transpose-of-mm",
+            "(aten.permute.default (aten.mm.default ?a ?b) ?p)",
+            transpose_of_mm,
+        ),
+        rule(
+            "transpose-of-bmm",
+            "(aten.permute.default (aten.bmm.default ?a ?b) ?p)",
+            transpose_of_bmm,
+        ),
     ]
 }
 

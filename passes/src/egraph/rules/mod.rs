@@ -161,12 +161,56 @@ pub fn is_unary_elementwise(op: Op) -> bool {
     use Op::*;
     matches!(
         op,
-        Abs | Neg | Relu | Gelu | Sigmoid | Tanh | Exp | Expm1 | Log | Log1p | Log2 | Log10 | Sqrt
-            | Rsqrt | Reciprocal | Erf | Sin | Cos | Tan | Sinh | Cosh | Asin | Acos | Atan
-            | Asinh | Acosh | Atanh | Ceil | Floor | Round | Trunc | Sign | LeakyRelu | Elu
-            | Hardtanh | Clamp | AddScalar | SubScalar | MulScalar | DivScalar | PowTensorScalar
-            | EqScalar | NeScalar | LtScalar | LeScalar | GtScalar | GeScalar | LogicalNot
-            | BitwiseNot | Isnan | Isinf
+        Abs | Neg
+            | Relu
+            | Gelu
+            | Sigmoid
+            | Tanh
+            | Exp
+            | Expm1
+            | Log
+            | Log1p
+            | Log2
+            | Log10
+            | Sqrt
+            | Rsqrt
+            | Reciprocal
+            | Erf
+            | Sin
+            | Cos
+            | Tan
+            | Sinh
+            | Cosh
+            | Asin
+            | Acos
+            | Atan
+            | Asinh
+            | Acosh
+            | Atanh
+            | Ceil
+            | Floor
+            | Round
+            | Trunc
+            | Sign
+            | LeakyRelu
+            | Elu
+            | Hardtanh
+            | Clamp
+            | AddScalar
+            | SubScalar
+            | MulScalar
+            | DivScalar
+            | PowTensorScalar
+            | EqScalar
+            | NeScalar
+            | LtScalar
+            | LeScalar
+            | GtScalar
+            | GeScalar
+            | LogicalNot
+            | BitwiseNot
+            | Isnan
+            | Isinf
     )
 }
 
@@ -175,8 +219,20 @@ pub fn is_binary_elementwise(op: Op) -> bool {
     use Op::*;
     matches!(
         op,
-        AddTensor | SubTensor | MulTensor | DivTensor | Maximum | Minimum | EqTensor | NeTensor
-            | LtTensor | LeTensor | GtTensor | GeTensor | LogicalAnd | LogicalOr
+        AddTensor
+            | SubTensor
+            | MulTensor
+            | DivTensor
+            | Maximum
+            | Minimum
+            | EqTensor
+            | NeTensor
+            | LtTensor
+            | LeTensor
+            | GtTensor
+            | GeTensor
+            | LogicalAnd
+            | LogicalOr
     )
 }
 

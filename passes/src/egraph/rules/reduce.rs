@@ -6,12 +6,36 @@ use super::*;
 /// The reduction rules.
 pub fn rules() -> Vec<Rw> {
     vec![
-        rule("sum-pull-scalar", "(aten.sum.dim_IntList (aten.mul.Scalar ?x ?c) ?d ?k none)", |eg, _, s| pull_scalar(eg, s, Op::SumDimIntList)),
-        rule("mean-pull-scalar", "(aten.mean.dim (aten.mul.Scalar ?x ?c) ?d ?k none)", |eg, _, s| pull_scalar(eg, s, Op::MeanDim)),
-        rule("sum-of-permute", "(aten.sum.dim_IntList (aten.permute.default ?x ?p) ?d false none)", |eg, _, s| of_permute(eg, s, Op::SumDimIntList, true)),
-        rule("mean-of-permute", "(aten.mean.dim (aten.permute.default ?x ?p) ?d false none)", |eg, _, s| of_permute(eg, s, Op::MeanDim, true)),
-        rule("amax-of-permute", "(aten.amax.default (aten.permute.default ?x ?p) ?d false)", |eg, _, s| of_permute(eg, s, Op::Amax, false)),
-        rule("sum-unit-dims", "(aten.sum.dim_IntList ?x ?d ?k none)", unit_dims),
+        rule(
+            "sum-pull-scalar",
+            "(aten.sum.dim_IntList (aten.mul.Scalar ?x ?c) ?d ?k none)",
+            |eg, _, s| pull_scalar(eg, s, Op::SumDimIntList),
+        ),
+        rule(
+            "mean-pull-scalar",
+            "(aten.mean.dim (aten.mul.Scalar ?x ?c) ?d ?k none)",
+            |eg, _, s| pull_scalar(eg, s, Op::MeanDim),
+        ),
+        rule(
+            "sum-of-permute",
+            "(aten.sum.dim_IntList (aten.permute.default ?x ?p) ?d false none)",
+            |eg, _, s| of_permute(eg, s, Op::SumDimIntList, true),
+        ),
+        rule(
+            "mean-of-permute",
+            "(aten.mean.dim (aten.permute.default ?x ?p) ?d false none)",
+            |eg, _, s| of_permute(eg, s, Op::MeanDim, true),
+        ),
+        rule(
+            "amax-of-permute",
+            "(aten.amax.default (aten.permute.default ?x ?p) ?d false)",
+            |eg, _, s| of_permute(eg, s, Op::Amax, false),
+        ),
+        rule(
+            "sum-unit-dims",
+            "(aten.sum.dim_IntList ?x ?d ?k none)",
+            unit_dims,
+        ),
         rule("mean-unit-dims", "(aten.mean.dim ?x ?d ?k none)", unit_dims),
         rule("amax-unit-dims", "(aten.amax.default ?x ?d ?k)", unit_dims),
     ]
@@ -52,7 +76,10 @@ fn of_permute(eg: &mut EGraph, s: &Subst, op: Op, has_dtype: bool) -> Option<Id>
     let rank = ty(eg, x)?.rank();
     let p = norm_perm(&ints(eg, p)?, rank)?;
     let dims = reduce_dims(eg, d, rank)?;
-    let kept: Vec<usize> = (0..rank).filter(|i| !dims.contains(i)).map(|i| p[i]).collect();
+    let kept: Vec<usize> = (0..rank)
+        .filter(|i| !dims.contains(i))
+        .map(|i| p[i])
+        .collect();
     if !kept.windows(2).all(|w| w[0] < w[1]) {
         return None;
     }

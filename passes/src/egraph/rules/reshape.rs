@@ -7,14 +7,30 @@ use super::*;
 /// The reshape rules.
 pub fn rules() -> Vec<Rw> {
     vec![
-        rule("view-view", "(aten.view.default (aten.view.default ?x ?s1) ?s2)", view_of),
+        rule(
+            "view-view",
+            "(aten.view.default (aten.view.default ?x ?s1) ?s2)",
+            view_of,
+        ),
         rule("view-noop", "(aten.view.default ?x ?s)", noop),
         rule("expand-noop", "(aten.expand.default ?x ?s ?i)", noop),
-        rule("expand-expand", "(aten.expand.default (aten.expand.default ?x ?s1 false) ?s2 false)", expand_expand),
-        rule("unsqueeze-to-view", "(aten.unsqueeze.default ?x ?d)", as_view),
+        rule(
+            "expand-expand",
+            "(aten.expand.default (aten.expand.default ?x ?s1 false) ?s2 false)",
+            expand_expand,
+        ),
+        rule(
+            "unsqueeze-to-view",
+            "(aten.unsqueeze.default ?x ?d)",
+            as_view,
+        ),
         rule("squeeze-dim-to-view", "(aten.squeeze.dim ?x ?d)", as_view),
         rule("squeeze-dims-to-view", "(aten.squeeze.dims ?x ?d)", as_view),
-        rule("view-of-unsqueeze", "(aten.view.default (aten.unsqueeze.default ?x ?d) ?s2)", view_of),
+        rule(
+            "view-of-unsqueeze",
+            "(aten.view.default (aten.unsqueeze.default ?x ?d) ?s2)",
+            view_of,
+        ),
     ]
 }
 

@@ -1,0 +1,516 @@
+//! Fusion planning: groups the op nodes of a graph into kernels, the way XLA does.
+//!
+//! - Elementwise, creation and view ops fuse into their consumers.
+//! - Reductions (`sum`, `mean`, `amax`, `softmax`, `log_softmax`, layer norm, `var`, ...) are
+//!   fusion roots that take their elementwise prologue and epilogue.
+//! - `mm`/`bmm`/`addmm`/`convolution` are roots that take elementwise epilogues (bias,
+//!   activation, residual add); their prologue may only be views (transposes and reshapes are
+//!   folded into the operand's indexing).
+//! - A kernel has at most one such root. A producer used outside the kernel is recomputed in
+//!   it when cheap (an elementwise or view op on at most [`DUPLICATE_MAX_ELEMENTS`] elements
+//!   whose operands come before the kernel), else it stays in its own kernel and is written.
+//!
+//! Kernels are built from the outputs upward (reverse topological order), which keeps every
+//! kernel convex, and listed in a topological order of the kernel graph.
+
+use crate::egraph::cost::{bytes, is_view};
+use fxhlo_ir::{Graph, NodeId, NodeKind, Op, ValueRef};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Producers up to this many elements may be recomputed in each consumer kernel.
+pub const DUPLICATE_MAX_ELEMENTS: i64 = 4096;
+
+/// What a kernel computes, by its root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum KernelKind {
+    /// Only elementwise, view and creation ops.
+    Elementwise,
+    /// A reduction with its prologue and epilogue.
+    Reduction,
+    /// A matmul with its epilogue.
+    Matmul,
+    /// A convolution with its epilogue.
+    Conv,
+    /// An op that fuses with nothing (gather, scatter, sort, pooling, unknown ops, ...).
+    Other,
+}
+
+impl fmt::Display for KernelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KernelKind::Elementwise => "elementwise",
+            KernelKind::Reduction => "reduction",
+            KernelKind::Matmul => "matmul",
+            KernelKind::Conv => "conv",
+            KernelKind::Other => "other",
+        })
+    }
+}
+
+/// One kernel of the plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    /// Kind, from the root.
+    pub kind: KernelKind,
+    /// The root: the reduction/matmul/conv node, else the last node.
+    pub root: NodeId,
+    /// The op nodes this kernel computes and owns, in topological order. Every op node of the
+    /// graph is owned by exactly one kernel.
+    pub nodes: Vec<NodeId>,
+    /// Cheap nodes owned by another kernel that this one recomputes instead of reading.
+    pub recomputed: Vec<NodeId>,
+    /// Values read from outside (graph inputs, weights, other kernels' outputs).
+    pub inputs: Vec<ValueRef>,
+    /// Values written: used by another kernel or returned by the graph.
+    pub outputs: Vec<ValueRef>,
+}
+
+/// The fusion plan of a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusionPlan {
+    /// Kernels in a topological order (each reads only values of earlier kernels or inputs).
+    pub kernels: Vec<Kernel>,
+    /// Estimated bytes moved without fusion: every non-view op reads its tensor arguments and
+    /// writes its results.
+    pub bytes_before: f64,
+    /// Estimated bytes moved with fusion: each kernel reads its inputs and writes its outputs
+    /// once.
+    pub bytes_after: f64,
+    names: Vec<Vec<String>>,
+    node_names: Vec<String>,
+}
+
+/// How a node takes part in fusion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Elementwise or creation op: fuses into consumers.
+    Elementwise,
+    /// A view, permute or other pure data-movement op with static indexing.
+    View,
+    /// Reduction root.
+    Reduction,
+    /// Matmul root.
+    Matmul,
+    /// Convolution root.
+    Conv,
+    /// Fuses with nothing.
+    Other,
+}
+
+/// The fusion class of an op.
+pub fn classify(op: Op) -> Class {
+    use Op::*;
+    if is_view(op) {
+        return Class::View;
+    }
+    match op {
+        Permute | Clone | SliceTensor | SelectInt | Repeat | Flip | Diagonal => Class::View,
+        Mm | Bmm | Addmm => Class::Matmul,
+        Convolution => Class::Conv,
+        SumDimIntList
+        | MeanDim
+        | Mean
+        | Amax
+        | Amin
+        | Softmax
+        | LogSoftmax
+        | NativeLayerNorm
+        | VarCorrection
+        | VarDim
+        | Prod
+        | ProdDimInt
+        | Any
+        | AnyDim
+        | AnyDims
+        | Argmax
+        | Argmin
+        | MaxDim
+        | MinDim
+        | NativeGroupNorm
+        | NativeBatchNormLegit
+        | NativeBatchNormLegitNoStats => Class::Reduction,
+        _ if crate::cse::is_random(op) => Class::Other,
+        _ if crate::egraph::rules::is_unary_elementwise(op)
+            || crate::egraph::rules::is_binary_elementwise(op) =>
+        {
+            Class::Elementwise
+        }
+        ToCopy
+        | WhereSelf
+        | ClampTensor
+        | PowTensorTensor
+        | PowScalar
+        | Atan2
+        | FmodTensor
+        | FmodScalar
+        | RemainderTensor
+        | RemainderScalar
+        | BitwiseAndTensor
+        | BitwiseAndScalar
+        | BitwiseOrTensor
+        | BitwiseOrScalar
+        | BitwiseXorTensor
+        | BitwiseXorScalar
+        | DivTensorMode
+        | DivScalarMode
+        | LogicalXor
+        | NativeBatchNormLegitNoTraining
+        | Full
+        | FullLike
+        | ScalarTensor
+        | ArangeStartStep
+        | FillScalar => Class::Elementwise,
+        _ => Class::Other,
+    }
+}
+
+fn kind_of(c: Class) -> KernelKind {
+    match c {
+        Class::Elementwise | Class::View => KernelKind::Elementwise,
+        Class::Reduction => KernelKind::Reduction,
+        Class::Matmul => KernelKind::Matmul,
+        Class::Conv => KernelKind::Conv,
+        Class::Other => KernelKind::Other,
+    }
+}
+
+fn class_of(g: &Graph, i: NodeId) -> Option<Class> {
+    match &g.nodes[i].kind {
+        NodeKind::Input { .. } => None,
+        NodeKind::Op(op) => Some(classify(*op)),
+        NodeKind::Unsupported { .. } => Some(Class::Other),
+    }
+}
+
+fn is_heavy(c: Class) -> bool {
+    matches!(c, Class::Reduction | Class::Matmul | Class::Conv)
+}
+
+struct Building {
+    members: BTreeSet<NodeId>,
+    recomputed: BTreeSet<NodeId>,
+    heavy: Option<NodeId>,
+    /// The heavy node and the views fused in front of it (a matmul/conv prologue).
+    prologue: BTreeSet<NodeId>,
+    min: NodeId,
+}
+
+/// Plans the fusion of `g`.
+pub fn plan(g: &Graph) -> FusionPlan {
+    let n = g.nodes.len();
+    // Consumers of each node (by node), and whether a node is a graph output.
+    let mut users: Vec<BTreeSet<NodeId>> = vec![BTreeSet::new(); n];
+    for (i, node) in g.nodes.iter().enumerate() {
+        for a in &node.args {
+            for v in a.values() {
+                users[v.node].insert(i);
+            }
+        }
+    }
+    let mut is_output = vec![false; n];
+    for o in &g.outputs {
+        is_output[o.node] = true;
+    }
+    let producers = |i: NodeId| -> BTreeSet<NodeId> {
+        g.nodes[i]
+            .args
+            .iter()
+            .flat_map(|a| a.values())
+            .map(|v| v.node)
+            .collect()
+    };
+    let small = |i: NodeId| {
+        g.nodes[i]
+            .results
+            .iter()
+            .all(|t| t.numel().is_some_and(|e| e <= DUPLICATE_MAX_ELEMENTS))
+    };
+
+    let mut owner: Vec<Option<usize>> = vec![None; n];
+    let mut built: Vec<Building> = vec![];
+    for root in (0..n).rev() {
+        let Some(rc) = class_of(g, root) else {
+            continue;
+        };
+        if owner[root].is_some() {
+            continue;
+        }
+        let k = built.len();
+        let mut b = Building {
+            members: BTreeSet::from([root]),
+            recomputed: BTreeSet::new(),
+            heavy: is_heavy(rc).then_some(root),
+            prologue: if is_heavy(rc) {
+                BTreeSet::from([root])
+            } else {
+                BTreeSet::new()
+            },
+            min: root,
+        };
+        owner[root] = Some(k);
+        if rc != Class::Other {
+            let mut work: Vec<NodeId> = producers(root).into_iter().rev().collect();
+            while let Some(p) = work.pop() {
+                if owner[p].is_some() || b.members.contains(&p) || b.recomputed.contains(&p) {
+                    continue;
+                }
+                let Some(pc) = class_of(g, p) else { continue };
+                if pc == Class::Other {
+                    continue;
+                }
+                let inside = |u: &NodeId| b.members.contains(u) || b.recomputed.contains(u);
+                let all_inside = users[p].iter().all(inside);
+                // Consumers of p inside the kernel that are in the heavy op's prologue.
+                let feeds_prologue = users[p]
+                    .iter()
+                    .filter(|u| inside(u))
+                    .all(|u| b.prologue.contains(u));
+                let heavy_class = b.heavy.and_then(|h| class_of(g, h));
+                let ok = if is_heavy(pc) {
+                    b.heavy.is_none() && all_inside
+                } else if feeds_prologue && matches!(heavy_class, Some(Class::Matmul | Class::Conv))
+                {
+                    pc == Class::View
+                } else {
+                    true
+                };
+                if !ok {
+                    continue;
+                }
+                if all_inside {
+                    b.members.insert(p);
+                    owner[p] = Some(k);
+                    b.min = b.min.min(p);
+                    if is_heavy(pc) {
+                        b.heavy = Some(p);
+                        b.prologue.insert(p);
+                    } else if feeds_prologue && b.heavy.is_some() && pc == Class::View {
+                        b.prologue.insert(p);
+                    }
+                    work.extend(producers(p).into_iter().rev());
+                } else if !is_heavy(pc) && small(p) && producers(p).iter().all(|&q| q < b.min) {
+                    b.recomputed.insert(p);
+                    if feeds_prologue && b.heavy.is_some() {
+                        b.prologue.insert(p);
+                    }
+                }
+            }
+        }
+        built.push(b);
+    }
+    // A recomputed node nobody owns is owned by the first kernel that recomputes it.
+    for (k, b) in built.iter_mut().enumerate() {
+        let adopt: Vec<NodeId> = b
+            .recomputed
+            .iter()
+            .copied()
+            .filter(|&p| owner[p].is_none())
+            .collect();
+        for p in adopt {
+            owner[p] = Some(k);
+            b.recomputed.remove(&p);
+            b.members.insert(p);
+        }
+    }
+
+    // Inputs and outputs of each kernel.
+    let mut kernels: Vec<Kernel> = built
+        .iter()
+        .enumerate()
+        .map(|(k, b)| {
+            let computed = |i: &NodeId| b.members.contains(i) || b.recomputed.contains(i);
+            let mut inputs = BTreeSet::new();
+            for &i in b.members.iter().chain(&b.recomputed) {
+                for a in &g.nodes[i].args {
+                    for v in a.values() {
+                        if !computed(&v.node) {
+                            inputs.insert(v);
+                        }
+                    }
+                }
+            }
+            let mut outputs = BTreeSet::new();
+            for &i in &b.members {
+                let read_outside = users[i]
+                    .iter()
+                    .any(|u| !computed(u) && owner[*u] != Some(k));
+                if is_output[i] || read_outside {
+                    for (r, _) in g.nodes[i].results.iter().enumerate() {
+                        let v = ValueRef::new(i, r);
+                        let used = g.outputs.contains(&v)
+                            || users[i].iter().any(|&u| {
+                                !computed(&u)
+                                    && g.nodes[u].args.iter().any(|a| a.values().contains(&v))
+                            });
+                        if used {
+                            outputs.insert(v);
+                        }
+                    }
+                }
+            }
+            let root = b
+                .heavy
+                .unwrap_or_else(|| *b.members.iter().next_back().expect("a root"));
+            Kernel {
+                kind: kind_of(class_of(g, root).expect("an op")),
+                root,
+                nodes: b.members.iter().copied().collect(),
+                recomputed: b.recomputed.iter().copied().collect(),
+                inputs: inputs.into_iter().collect(),
+                outputs: outputs.into_iter().collect(),
+            }
+        })
+        .collect();
+    kernels = topo_order(kernels, &owner);
+
+    let bytes_before: f64 = g
+        .nodes
+        .iter()
+        .filter_map(|node| match &node.kind {
+            NodeKind::Input { .. } => None,
+            NodeKind::Op(op) if is_view(*op) => Some(0.0),
+            _ => Some(
+                node.args
+                    .iter()
+                    .flat_map(|a| a.values())
+                    .map(|v| bytes(g.ty(v)))
+                    .sum::<f64>()
+                    + node.results.iter().map(bytes).sum::<f64>(),
+            ),
+        })
+        .sum();
+    let bytes_after: f64 = kernels
+        .iter()
+        .map(|k| {
+            k.inputs
+                .iter()
+                .chain(&k.outputs)
+                .map(|v| bytes(g.ty(*v)))
+                .sum::<f64>()
+        })
+        .sum();
+    FusionPlan {
+        kernels,
+        bytes_before,
+        bytes_after,
+        names: g.nodes.iter().map(|n| n.result_names.clone()).collect(),
+        node_names: g.nodes.iter().map(|n| n.name.clone()).collect(),
+    }
+}
+
+/// Orders kernels so that each comes after the kernels whose outputs it reads (Kahn's
+/// algorithm, smallest root first among the ready ones).
+fn topo_order(kernels: Vec<Kernel>, owner: &[Option<usize>]) -> Vec<Kernel> {
+    let m = kernels.len();
+    let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); m];
+    for (k, kern) in kernels.iter().enumerate() {
+        for v in &kern.inputs {
+            if let Some(o) = owner[v.node] {
+                if o != k {
+                    deps[k].insert(o);
+                }
+            }
+        }
+    }
+    let mut indeg: Vec<usize> = deps.iter().map(|d| d.len()).collect();
+    let mut rdeps: Vec<Vec<usize>> = vec![vec![]; m];
+    for (k, d) in deps.iter().enumerate() {
+        for &o in d {
+            rdeps[o].push(k);
+        }
+    }
+    let mut ready: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for k in 0..m {
+        if indeg[k] == 0 {
+            ready.insert(kernels[k].nodes[0], k);
+        }
+    }
+    let mut order = vec![];
+    while let Some((_, k)) = ready.pop_first() {
+        order.push(k);
+        for &r in &rdeps[k] {
+            indeg[r] -= 1;
+            if indeg[r] == 0 {
+                ready.insert(kernels[r].nodes[0], r);
+            }
+        }
+    }
+    // A cycle would leave kernels out; the builder keeps kernels convex, so none is expected.
+    debug_assert_eq!(order.len(), m, "the kernel graph has a cycle");
+    let mut slots: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
+    let mut out: Vec<Kernel> = order.into_iter().filter_map(|k| slots[k].take()).collect();
+    out.extend(slots.into_iter().flatten());
+    out
+}
+
+impl FusionPlan {
+    /// Number of op nodes owned by the kernels.
+    pub fn node_count(&self) -> usize {
+        self.kernels.iter().map(|k| k.nodes.len()).sum()
+    }
+
+    fn value(&self, v: &ValueRef) -> String {
+        format!("%{}", self.names[v.node][v.index])
+    }
+
+    fn node(&self, i: NodeId) -> String {
+        format!("%{}", self.names[i].first().unwrap_or(&self.node_names[i]))
+    }
+}
+
+impl fmt::Display for FusionPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |xs: Vec<String>| {
+            if xs.is_empty() {
+                "-".to_string()
+            } else {
+                xs.join(", ")
+            }
+        };
+        for (k, kern) in self.kernels.iter().enumerate() {
+            writeln!(
+                f,
+                "kernel {k} {} root {} ({} nodes)",
+                kern.kind,
+                self.node(kern.root),
+                kern.nodes.len()
+            )?;
+            writeln!(
+                f,
+                "  nodes: {}",
+                list(kern.nodes.iter().map(|&i| self.node(i)).collect())
+            )?;
+            if !kern.recomputed.is_empty() {
+                writeln!(
+                    f,
+                    "  recomputed: {}",
+                    list(kern.recomputed.iter().map(|&i| self.node(i)).collect())
+                )?;
+            }
+            writeln!(
+                f,
+                "  inputs: {}",
+                list(kern.inputs.iter().map(|v| self.value(v)).collect())
+            )?;
+            writeln!(
+                f,
+                "  outputs: {}",
+                list(kern.outputs.iter().map(|v| self.value(v)).collect())
+            )?;
+        }
+        let ratio = if self.bytes_after > 0.0 {
+            self.bytes_before / self.bytes_after
+        } else {
+            1.0
+        };
+        writeln!(
+            f,
+            "{} kernels for {} ops; bytes moved: {:.0} before fusion, {:.0} after ({ratio:.2}x less)",
+            self.kernels.len(),
+            self.node_count(),
+            self.bytes_before,
+            self.bytes_after
+        )
+    }
+}
