@@ -236,6 +236,15 @@ pub fn plan(g: &Graph) -> FusionPlan {
         if owner[root].is_some() {
             continue;
         }
+        // Every consumer's kernel recomputes it: no kernel of its own (adopted below).
+        let recomputed_everywhere = !is_output[root]
+            && !users[root].is_empty()
+            && users[root]
+                .iter()
+                .all(|u| owner[*u].is_some_and(|k| built[k].recomputed.contains(&root)));
+        if recomputed_everywhere {
+            continue;
+        }
         let k = built.len();
         let mut b = Building {
             members: BTreeSet::from([root]),
@@ -314,11 +323,10 @@ pub fn plan(g: &Graph) -> FusionPlan {
         }
     }
 
-    // Inputs and outputs of each kernel.
-    let mut kernels: Vec<Kernel> = built
+    // Inputs of each kernel; outputs are the values some other kernel reads or the graph returns.
+    let inputs: Vec<BTreeSet<ValueRef>> = built
         .iter()
-        .enumerate()
-        .map(|(k, b)| {
+        .map(|b| {
             let computed = |i: &NodeId| b.members.contains(i) || b.recomputed.contains(i);
             let mut inputs = BTreeSet::new();
             for &i in b.members.iter().chain(&b.recomputed) {
@@ -330,25 +338,21 @@ pub fn plan(g: &Graph) -> FusionPlan {
                     }
                 }
             }
-            let mut outputs = BTreeSet::new();
-            for &i in &b.members {
-                let read_outside = users[i]
-                    .iter()
-                    .any(|u| !computed(u) && owner[*u] != Some(k));
-                if is_output[i] || read_outside {
-                    for (r, _) in g.nodes[i].results.iter().enumerate() {
-                        let v = ValueRef::new(i, r);
-                        let used = g.outputs.contains(&v)
-                            || users[i].iter().any(|&u| {
-                                !computed(&u)
-                                    && g.nodes[u].args.iter().any(|a| a.values().contains(&v))
-                            });
-                        if used {
-                            outputs.insert(v);
-                        }
-                    }
-                }
-            }
+            inputs
+        })
+        .collect();
+    let mut read: BTreeSet<ValueRef> = inputs.iter().flatten().copied().collect();
+    read.extend(g.outputs.iter().copied());
+    let mut kernels: Vec<Kernel> = built
+        .iter()
+        .zip(inputs)
+        .map(|(b, inputs)| {
+            let outputs: Vec<ValueRef> = b
+                .members
+                .iter()
+                .flat_map(|&i| (0..g.nodes[i].results.len()).map(move |r| ValueRef::new(i, r)))
+                .filter(|v| read.contains(v))
+                .collect();
             let root = b
                 .heavy
                 .unwrap_or_else(|| *b.members.iter().next_back().expect("a root"));
@@ -358,7 +362,7 @@ pub fn plan(g: &Graph) -> FusionPlan {
                 nodes: b.members.iter().copied().collect(),
                 recomputed: b.recomputed.iter().copied().collect(),
                 inputs: inputs.into_iter().collect(),
-                outputs: outputs.into_iter().collect(),
+                outputs,
             }
         })
         .collect();
@@ -512,5 +516,56 @@ impl fmt::Display for FusionPlan {
             self.bytes_before,
             self.bytes_after
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fxhlo_ir::text::parse_graph;
+
+    fn plan_of(body: &str) -> (Graph, FusionPlan) {
+        let g = parse_graph(&format!("graph {{\n{body}\n}}\n")).unwrap();
+        let p = plan(&g);
+        (g, p)
+    }
+
+    #[test]
+    fn matmul_takes_bias_activation_and_residual_epilogue() {
+        let (_, p) = plan_of("  %x: f32[4, 8] = input\n  %w: f32[16, 8] = parameter \"w\"\n  %b: f32[16] = parameter \"b\"\n  %r: f32[4, 16] = input\n  %t: f32[8, 16] = aten.permute.default(%w, dims=[1, 0])\n  %m: f32[4, 16] = aten.mm.default(%x, %t)\n  %a: f32[4, 16] = aten.add.Tensor(%m, %b)\n  %g: f32[4, 16] = aten.gelu.default(%a)\n  %o: f32[4, 16] = aten.add.Tensor(%g, %r)\n  return %o");
+        assert_eq!(p.kernels.len(), 1, "{p}");
+        assert_eq!(p.kernels[0].kind, KernelKind::Matmul);
+        assert_eq!(p.kernels[0].nodes.len(), 5);
+        assert!(p.bytes_after < p.bytes_before, "{p}");
+    }
+
+    #[test]
+    fn reductions_take_prologue_and_epilogue_but_not_each_other() {
+        let (_, p) = plan_of("  %x: f32[4, 8] = input\n  %e: f32[4, 8] = aten.exp.default(%x)\n  %s: f32[4] = aten.sum.dim_IntList(%e, dim=[1])\n  %l: f32[4] = aten.log.default(%s)\n  %m: f32[] = aten.amax.default(%l, dim=[0])\n  return %m");
+        let kinds: Vec<KernelKind> = p.kernels.iter().map(|k| k.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![KernelKind::Reduction, KernelKind::Reduction],
+            "{p}"
+        );
+        // exp is the sum's prologue; log, between two reductions, joins its consumer.
+        assert_eq!(p.kernels[0].nodes, vec![1, 2], "{p}");
+        assert_eq!(p.kernels[1].nodes, vec![3, 4], "{p}");
+    }
+
+    #[test]
+    fn cheap_shared_producers_are_recomputed_large_ones_written() {
+        let small = "  %x: f32[4, 8] = input\n  %n: f32[4, 8] = aten.neg.default(%x)\n  %s: f32[4] = aten.sum.dim_IntList(%n, dim=[1])\n  %m: f32[4] = aten.amax.default(%n, dim=[1])\n  return %s, %m";
+        let (_, p) = plan_of(small);
+        assert_eq!(p.kernels.len(), 2, "{p}");
+        assert_eq!(
+            p.kernels.iter().map(|k| k.recomputed.len()).sum::<usize>(),
+            1,
+            "{p}"
+        );
+        let large = small.replace("[4, 8]", "[4, 8192]");
+        let (_, p) = plan_of(&large);
+        assert_eq!(p.kernels.len(), 3, "{p}");
+        assert!(p.kernels.iter().all(|k| k.recomputed.is_empty()), "{p}");
     }
 }

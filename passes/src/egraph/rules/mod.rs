@@ -9,8 +9,8 @@ pub mod reduce;
 pub mod reshape;
 
 use super::lang::{AttrVal, Data, EGraph, ENode, TensorAnalysis};
-use egg::{Applier, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
-use fxhlo_ir::{DType, Op, TensorType};
+use egg::{Applier, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
+use fxhlo_ir::{Op, TensorType};
 
 /// A rewrite of this language.
 pub type Rw = Rewrite<ENode, TensorAnalysis>;
@@ -234,19 +234,4 @@ pub fn is_binary_elementwise(op: Op) -> bool {
             | LogicalAnd
             | LogicalOr
     )
-}
-
-/// `x` is a float tensor and `dt` keeps it (no promotion).
-pub fn same_dtype(a: &TensorType, dt: DType) -> bool {
-    a.dtype == dt
-}
-
-/// The ops in a class other than `Attr`s — used by tests and the report.
-pub fn class_ops(eg: &EGraph, id: Id) -> Vec<String> {
-    eg[id]
-        .nodes
-        .iter()
-        .filter(|n| !n.is_leaf())
-        .map(|n| n.to_string())
-        .collect()
 }
