@@ -73,9 +73,13 @@ enum Cmd {
         /// Print each pass's time to standard error.
         #[arg(long)]
         time_passes: bool,
-        /// Print op counts before and after to standard error.
+        /// Print op counts before and after, the e-graph reports, kernels after fusion and
+        /// estimated bytes moved, to standard error.
         #[arg(long)]
         stats: bool,
+        /// Print the fusion plan of the optimized graph to standard error.
+        #[arg(long)]
+        print_fusion: bool,
         /// Output file for the IR text (`-` for standard output).
         #[arg(short, long, default_value = "-")]
         output: PathBuf,
@@ -92,6 +96,9 @@ enum Cmd {
         /// Fold parameters into the module as constants.
         #[arg(long)]
         inline_constants: bool,
+        /// Write the stablehlo/chlo ops in MLIR's generic syntax.
+        #[arg(long)]
+        generic: bool,
     },
 }
 
@@ -199,6 +206,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             verify_each,
             time_passes,
             stats,
+            print_fusion,
             output,
         } => {
             let mut m = load_model(&model)?;
@@ -237,6 +245,19 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     - m.graph.user_inputs().len()
                     - m.graph.weight_inputs().len();
                 eprintln!("ops: {before} before, {after} after");
+                for r in &cx.egraph {
+                    eprintln!("{r}");
+                }
+                let plan = fxhlo_passes::fusion::plan(&m.graph);
+                eprintln!(
+                    "kernels after fusion: {}; estimated bytes moved: {} unfused, {} fused",
+                    plan.kernels.len(),
+                    plan.bytes_before,
+                    plan.bytes_after
+                );
+            }
+            if print_fusion {
+                eprintln!("{}", fxhlo_passes::fusion::plan(&m.graph));
             }
             write_text(&output, &fxhlo_ir::text::print_graph(&m.graph))?;
             Ok(ExitCode::SUCCESS)
@@ -249,9 +270,13 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             model,
             output,
             inline_constants,
+            generic,
         } => {
             let m = load_model(&model)?;
-            let opts = fxhlo_lowering::stablehlo::EmitOptions { inline_constants };
+            let opts = fxhlo_lowering::stablehlo::EmitOptions {
+                inline_constants,
+                generic,
+            };
             let text = fxhlo_lowering::stablehlo::emit(&m, &opts)?;
             write_text(&output, &text)?;
             Ok(ExitCode::SUCCESS)

@@ -1,4 +1,4 @@
-//! `cargo run -p fxhlo-lowering --example lower -- MODEL OUT.mlir [--inline-constants]`:
+//! `cargo run -p fxhlo-lowering --example lower -- MODEL OUT.mlir [--inline-constants] [--generic]`:
 //! reads a fxjson model (file or testdata folder) and writes its StableHLO module.
 
 use fxhlo_lowering::stablehlo::{emit, EmitOptions};
@@ -8,6 +8,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let inline = args.iter().any(|a| a == "--inline-constants");
+    let generic = args.iter().any(|a| a == "--generic");
     // Accepts `MODEL OUT` and the CLI's `lower MODEL -o OUT`.
     let mut pos: Vec<&String> = vec![];
     let mut out_flag = None;
@@ -23,7 +24,7 @@ fn main() -> ExitCode {
         pos.push(o);
     }
     if pos.len() != 2 {
-        eprintln!("usage: lower MODEL OUT.mlir [--inline-constants]");
+        eprintln!("usage: lower MODEL OUT.mlir [--inline-constants] [--generic]");
         return ExitCode::from(2);
     }
     let model = match fxhlo_ir::read::read_model(Path::new(pos[0])) {
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
     };
     let opts = EmitOptions {
         inline_constants: inline,
+        generic,
     };
     match emit(&model, &opts) {
         Ok(text) => {

@@ -1,4 +1,6 @@
 //! Lowering of the fxhlo IR: StableHLO emission (and, later, fused-kernel plans).
 #![warn(missing_docs)]
 
+#[cfg(feature = "mlir")]
+pub mod mlir;
 pub mod stablehlo;

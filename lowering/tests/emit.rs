@@ -50,6 +50,7 @@ fn inline_constants_fold_weights() {
         &mlp(),
         &EmitOptions {
             inline_constants: true,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -63,6 +64,7 @@ fn missing_weight_is_an_error() {
         &model(MLP),
         &EmitOptions {
             inline_constants: true,
+            ..Default::default()
         },
     )
     .unwrap_err();
@@ -110,5 +112,26 @@ fn emission_is_deterministic() {
         let b = emit(&m, &EmitOptions::default()).unwrap();
         assert_eq!(a, b, "{name}");
         assert!(a.starts_with("module @fxhlo"));
+    }
+}
+
+#[test]
+fn generic_form_writes_every_op_quoted() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata");
+    let opts = EmitOptions {
+        generic: true,
+        ..Default::default()
+    };
+    for name in ["mlp", "gpt2", "resnet18", "reductions"] {
+        let m = fxhlo_ir::read::read_model(&dir.join(name)).unwrap();
+        let text = emit(&m, &opts).unwrap();
+        for line in text.lines().map(str::trim) {
+            // `%3 = "stablehlo.add"(...)`, `"stablehlo.return"(...)`; `return` is func's
+            let op = line.split_once(" = ").map_or(line, |(_, rhs)| rhs);
+            let pretty = op.starts_with("stablehlo.") || op.starts_with("chlo.");
+            assert!(!pretty, "{name}: pretty op in generic form: {line}");
+        }
+        let pretty = emit(&m, &EmitOptions::default()).unwrap();
+        assert_ne!(text, pretty, "{name}");
     }
 }

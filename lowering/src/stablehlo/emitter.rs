@@ -1,7 +1,10 @@
 //! The text builder: SSA naming, tensor types, constants and one method per StableHLO op.
 //!
-//! Every method writes one op in the pretty syntax XLA prints and returns the value it defines.
-//! Names come from one counter, so a module is a pure function of the graph (deterministic).
+//! Every method writes one op and returns the value it defines: in the pretty syntax XLA prints,
+//! or, for an [`Em::generic`] builder, in MLIR's generic syntax (`"stablehlo.add"(%a, %b) :
+//! (T, T) -> T`, attributes as properties `<{...}>`), which an MLIR without the StableHLO
+//! dialect can parse. Names come from one counter, so a module is a pure function of the graph
+//! (deterministic).
 
 use fxhlo_ir::DType;
 use std::fmt::Write;
@@ -177,6 +180,31 @@ fn names(vs: &[V]) -> String {
         .join(", ")
 }
 
+/// A generic-form op: `"name"(operands) <{props}> : (operand types) -> result`.
+fn generic(name: &str, operands: &[&V], props: &str, result: &str) -> String {
+    let ns: Vec<&str> = operands.iter().map(|v| v.name.as_str()).collect();
+    let ts: Vec<String> = operands.iter().map(|v| v.ty()).collect();
+    let props = if props.is_empty() {
+        String::new()
+    } else {
+        format!(" <{{{props}}}>")
+    };
+    format!(
+        "\"{name}\"({}){props} : ({}) -> {result}",
+        ns.join(", "),
+        ts.join(", ")
+    )
+}
+
+/// Result types after `->`: one type bare, several in parentheses.
+fn result_tys(tys: &[String]) -> String {
+    if tys.len() == 1 {
+        tys[0].clone()
+    } else {
+        format!("({})", tys.join(", "))
+    }
+}
+
 fn arr(xs: &[i64]) -> String {
     if xs.is_empty() {
         "array<i64>".into()
@@ -243,15 +271,25 @@ pub struct Em {
     out: String,
     indent: usize,
     next: usize,
+    generic: bool,
 }
 
 impl Em {
-    /// A new, empty body (indented for a function inside a module).
+    /// A new, empty body (indented for a function inside a module), in the pretty syntax.
     pub fn new() -> Em {
         Em {
             out: String::new(),
             indent: 2,
             next: 0,
+            generic: false,
+        }
+    }
+
+    /// A new, empty body whose ops are all written in the generic syntax.
+    pub fn generic() -> Em {
+        Em {
+            generic: true,
+            ..Em::new()
         }
     }
 
@@ -309,11 +347,23 @@ impl Em {
         } else {
             literal(d, n)
         };
-        self.def(
-            format!("stablehlo.constant dense<{lit}> : {}", tensor_ty(d, shape)),
-            d,
-            shape.to_vec(),
-        )
+        self.constant(&format!("dense<{lit}>"), d, shape)
+    }
+
+    /// `stablehlo.constant` of an elements attribute (`dense<...>`, without its type).
+    fn constant(&mut self, value: &str, d: DType, shape: &[i64]) -> V {
+        let ty = tensor_ty(d, shape);
+        let text = if self.generic {
+            generic(
+                "stablehlo.constant",
+                &[],
+                &format!("value = {value} : {ty}"),
+                &ty,
+            )
+        } else {
+            format!("stablehlo.constant {value} : {ty}")
+        };
+        self.def(text, d, shape.to_vec())
     }
 
     /// A 0-d constant.
@@ -343,11 +393,7 @@ impl Em {
             let _ = write!(hex, "{b:02X}");
         }
         hex.push('"');
-        self.def(
-            format!("stablehlo.constant dense<{hex}> : {}", tensor_ty(d, shape)),
-            d,
-            shape.to_vec(),
-        )
+        self.constant(&format!("dense<{hex}>"), d, shape)
     }
 
     /// A dense i64 constant.
@@ -366,30 +412,33 @@ impl Em {
 
     /// `stablehlo.<op> %a : T` (same-type unary ops).
     pub fn unary(&mut self, op: &str, a: &V) -> V {
-        self.def(
-            format!("stablehlo.{op} {} : {}", a.name, a.ty()),
-            a.dtype,
-            a.shape.clone(),
-        )
+        let text = if self.generic {
+            generic(&format!("stablehlo.{op}"), &[a], "", &a.ty())
+        } else {
+            format!("stablehlo.{op} {} : {}", a.name, a.ty())
+        };
+        self.def(text, a.dtype, a.shape.clone())
     }
 
     /// `chlo.<op> %a : T -> T` (unary ops XLA expands itself: erf, asin, ...).
     pub fn chlo(&mut self, op: &str, a: &V) -> V {
-        self.def(
-            format!("chlo.{op} {} : {} -> {}", a.name, a.ty(), a.ty()),
-            a.dtype,
-            a.shape.clone(),
-        )
+        let text = if self.generic {
+            generic(&format!("chlo.{op}"), &[a], "", &a.ty())
+        } else {
+            format!("chlo.{op} {} : {} -> {}", a.name, a.ty(), a.ty())
+        };
+        self.def(text, a.dtype, a.shape.clone())
     }
 
     /// `stablehlo.<op> %a, %b : T` (same-type binary ops).
     pub fn binary(&mut self, op: &str, a: &V, b: &V) -> V {
         debug_assert_eq!(a.ty(), b.ty(), "{op} operands");
-        self.def(
-            format!("stablehlo.{op} {}, {} : {}", a.name, b.name, a.ty()),
-            a.dtype,
-            a.shape.clone(),
-        )
+        let text = if self.generic {
+            generic(&format!("stablehlo.{op}"), &[a, b], "", &a.ty())
+        } else {
+            format!("stablehlo.{op} {}, {} : {}", a.name, b.name, a.ty())
+        };
+        self.def(text, a.dtype, a.shape.clone())
     }
 
     /// `a + b`.
@@ -430,23 +479,29 @@ impl Em {
     /// `a <dir> b` with an explicit comparison type (`TOTALORDER`).
     pub fn compare_as(&mut self, dir: &str, a: &V, b: &V, ct: &str) -> V {
         debug_assert_eq!(a.ty(), b.ty(), "compare operands");
-        self.def(
+        let out = tensor_ty(DType::Bool, &a.shape);
+        let text = if self.generic {
+            let props = format!(
+                "compare_type = #stablehlo<comparison_type {ct}>, comparison_direction = #stablehlo<comparison_direction {dir}>"
+            );
+            generic("stablehlo.compare", &[a, b], &props, &out)
+        } else {
             format!(
-                "stablehlo.compare {dir}, {}, {}, {ct} : ({}, {}) -> {}",
+                "stablehlo.compare {dir}, {}, {}, {ct} : ({}, {}) -> {out}",
                 a.name,
                 b.name,
                 a.ty(),
                 b.ty(),
-                tensor_ty(DType::Bool, &a.shape)
-            ),
-            DType::Bool,
-            a.shape.clone(),
-        )
+            )
+        };
+        self.def(text, DType::Bool, a.shape.clone())
     }
 
     /// `p ? a : b` elementwise.
     pub fn select(&mut self, p: &V, a: &V, b: &V) -> V {
-        self.def(
+        let text = if self.generic {
+            generic("stablehlo.select", &[p, a, b], "", &a.ty())
+        } else {
             format!(
                 "stablehlo.select {}, {}, {} : {}, {}",
                 p.name,
@@ -454,10 +509,9 @@ impl Em {
                 b.name,
                 p.ty(),
                 a.ty()
-            ),
-            a.dtype,
-            a.shape.clone(),
-        )
+            )
+        };
+        self.def(text, a.dtype, a.shape.clone())
     }
 
     /// Converts to `d` (a no-op when the dtype already matches). To bool means `!= 0`.
@@ -469,30 +523,23 @@ impl Em {
             let z = self.splat_like(a, Num::I(0));
             return self.compare("NE", a, &z);
         }
-        self.def(
-            format!(
-                "stablehlo.convert {} : ({}) -> {}",
-                a.name,
-                a.ty(),
-                tensor_ty(d, &a.shape)
-            ),
-            d,
-            a.shape.clone(),
-        )
+        let text = self.cast_like("convert", a, &tensor_ty(d, &a.shape));
+        self.def(text, d, a.shape.clone())
     }
 
     /// Reinterprets the bits of `a` as dtype `d` of the same width.
     pub fn bitcast(&mut self, a: &V, d: DType) -> V {
-        self.def(
-            format!(
-                "stablehlo.bitcast_convert {} : ({}) -> {}",
-                a.name,
-                a.ty(),
-                tensor_ty(d, &a.shape)
-            ),
-            d,
-            a.shape.clone(),
-        )
+        let text = self.cast_like("bitcast_convert", a, &tensor_ty(d, &a.shape));
+        self.def(text, d, a.shape.clone())
+    }
+
+    /// `stablehlo.<op> %a : (T) -> U`, an op without attributes whose result type differs.
+    fn cast_like(&self, op: &str, a: &V, out: &str) -> String {
+        if self.generic {
+            generic(&format!("stablehlo.{op}"), &[a], "", out)
+        } else {
+            format!("stablehlo.{op} {} : ({}) -> {out}", a.name, a.ty())
+        }
     }
 
     // ------------------------------------------------------------------------------ shapes
@@ -502,16 +549,8 @@ impl Em {
         if a.shape == shape {
             return a.clone();
         }
-        self.def(
-            format!(
-                "stablehlo.reshape {} : ({}) -> {}",
-                a.name,
-                a.ty(),
-                tensor_ty(a.dtype, shape)
-            ),
-            a.dtype,
-            shape.to_vec(),
-        )
+        let text = self.cast_like("reshape", a, &tensor_ty(a.dtype, shape));
+        self.def(text, a.dtype, shape.to_vec())
     }
 
     /// Transpose: result dim `i` is operand dim `perm[i]`.
@@ -521,17 +560,23 @@ impl Em {
         }
         let shape: Vec<i64> = perm.iter().map(|&p| a.shape[p]).collect();
         let p: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
-        self.def(
+        let out = tensor_ty(a.dtype, &shape);
+        let text = if self.generic {
+            generic(
+                "stablehlo.transpose",
+                &[a],
+                &format!("permutation = {}", arr(&p)),
+                &out,
+            )
+        } else {
             format!(
-                "stablehlo.transpose {}, dims = [{}] : ({}) -> {}",
+                "stablehlo.transpose {}, dims = [{}] : ({}) -> {out}",
                 a.name,
                 join(&p),
                 a.ty(),
-                tensor_ty(a.dtype, &shape)
-            ),
-            a.dtype,
-            shape,
-        )
+            )
+        };
+        self.def(text, a.dtype, shape)
     }
 
     /// `broadcast_in_dim`: operand dim `i` becomes result dim `dims[i]`.
@@ -540,17 +585,19 @@ impl Em {
             return a.clone();
         }
         let d: Vec<i64> = dims.iter().map(|&x| x as i64).collect();
-        self.def(
+        let out = tensor_ty(a.dtype, shape);
+        let text = if self.generic {
+            let props = format!("broadcast_dimensions = {}", arr(&d));
+            generic("stablehlo.broadcast_in_dim", &[a], &props, &out)
+        } else {
             format!(
-                "stablehlo.broadcast_in_dim {}, dims = [{}] : ({}) -> {}",
+                "stablehlo.broadcast_in_dim {}, dims = [{}] : ({}) -> {out}",
                 a.name,
                 join(&d),
                 a.ty(),
-                tensor_ty(a.dtype, shape)
-            ),
-            a.dtype,
-            shape.to_vec(),
-        )
+            )
+        };
+        self.def(text, a.dtype, shape.to_vec())
     }
 
     /// Broadcasts NumPy-style (trailing dims aligned) to `shape`.
@@ -575,11 +622,18 @@ impl Em {
 
     /// `iota` along `dim`.
     pub fn iota(&mut self, d: DType, shape: &[i64], dim: usize) -> V {
-        self.def(
-            format!("stablehlo.iota dim = {dim} : {}", tensor_ty(d, shape)),
-            d,
-            shape.to_vec(),
-        )
+        let out = tensor_ty(d, shape);
+        let text = if self.generic {
+            generic(
+                "stablehlo.iota",
+                &[],
+                &format!("iota_dimension = {dim} : i64"),
+                &out,
+            )
+        } else {
+            format!("stablehlo.iota dim = {dim} : {out}")
+        };
+        self.def(text, d, shape.to_vec())
     }
 
     /// Static slice.
@@ -590,26 +644,33 @@ impl Em {
         let shape: Vec<i64> = (0..a.rank())
             .map(|i| ((limit[i] - start[i]).max(0) + strides[i] - 1) / strides[i])
             .collect();
-        let parts: Vec<String> = (0..a.rank())
-            .map(|i| {
-                if strides[i] == 1 {
-                    format!("{}:{}", start[i], limit[i])
-                } else {
-                    format!("{}:{}:{}", start[i], limit[i], strides[i])
-                }
-            })
-            .collect();
-        self.def(
+        let out = tensor_ty(a.dtype, &shape);
+        let text = if self.generic {
+            let props = format!(
+                "limit_indices = {}, start_indices = {}, strides = {}",
+                arr(limit),
+                arr(start),
+                arr(strides)
+            );
+            generic("stablehlo.slice", &[a], &props, &out)
+        } else {
+            let parts: Vec<String> = (0..a.rank())
+                .map(|i| {
+                    if strides[i] == 1 {
+                        format!("{}:{}", start[i], limit[i])
+                    } else {
+                        format!("{}:{}:{}", start[i], limit[i], strides[i])
+                    }
+                })
+                .collect();
             format!(
-                "stablehlo.slice {} [{}] : ({}) -> {}",
+                "stablehlo.slice {} [{}] : ({}) -> {out}",
                 a.name,
                 parts.join(", "),
                 a.ty(),
-                tensor_ty(a.dtype, &shape)
-            ),
-            a.dtype,
-            shape,
-        )
+            )
+        };
+        self.def(text, a.dtype, shape)
     }
 
     /// Slice of `[start, limit)` with `step` along one dim.
@@ -631,16 +692,23 @@ impl Em {
         let mut shape = vs[0].shape.clone();
         shape[dim] = vs.iter().map(|v| v.shape[dim]).sum();
         let d = vs[0].dtype;
-        self.def(
+        let out = tensor_ty(d, &shape);
+        let text = if self.generic {
+            let ops: Vec<&V> = vs.iter().collect();
+            generic(
+                "stablehlo.concatenate",
+                &ops,
+                &format!("dimension = {dim} : i64"),
+                &out,
+            )
+        } else {
             format!(
-                "stablehlo.concatenate {}, dim = {dim} : ({}) -> {}",
+                "stablehlo.concatenate {}, dim = {dim} : ({}) -> {out}",
                 names(vs),
                 types(vs),
-                tensor_ty(d, &shape)
-            ),
-            d,
-            shape,
-        )
+            )
+        };
+        self.def(text, d, shape)
     }
 
     /// `pad` (negative low/high crop).
@@ -651,9 +719,18 @@ impl Em {
                 low[i] + high[i] + n + (n - 1).max(0) * interior[i]
             })
             .collect();
-        self.def(
+        let out = tensor_ty(a.dtype, &shape);
+        let text = if self.generic {
+            let props = format!(
+                "edge_padding_high = {}, edge_padding_low = {}, interior_padding = {}",
+                arr(high),
+                arr(low),
+                arr(interior)
+            );
+            generic("stablehlo.pad", &[a, value], &props, &out)
+        } else {
             format!(
-                "stablehlo.pad {}, {}, low = [{}], high = [{}], interior = [{}] : ({}, {}) -> {}",
+                "stablehlo.pad {}, {}, low = [{}], high = [{}], interior = [{}] : ({}, {}) -> {out}",
                 a.name,
                 value.name,
                 join(low),
@@ -661,11 +738,9 @@ impl Em {
                 join(interior),
                 a.ty(),
                 value.ty(),
-                tensor_ty(a.dtype, &shape)
-            ),
-            a.dtype,
-            shape,
-        )
+            )
+        };
+        self.def(text, a.dtype, shape)
     }
 
     /// Reverses along `dims`.
@@ -673,19 +748,37 @@ impl Em {
         if dims.is_empty() {
             return a.clone();
         }
-        self.def(
+        let text = if self.generic {
+            let d: Vec<i64> = dims.iter().map(|&x| x as i64).collect();
+            generic(
+                "stablehlo.reverse",
+                &[a],
+                &format!("dimensions = {}", arr(&d)),
+                &a.ty(),
+            )
+        } else {
             format!(
                 "stablehlo.reverse {}, dims = [{}] : {}",
                 a.name,
                 join(dims),
                 a.ty()
-            ),
-            a.dtype,
-            a.shape.clone(),
-        )
+            )
+        };
+        self.def(text, a.dtype, a.shape.clone())
     }
 
     // ------------------------------------------------------------------------------ regions
+
+    /// `stablehlo.return` of a region body.
+    fn ret(&mut self, rets: &[V]) {
+        let text = if self.generic {
+            let rs: Vec<&V> = rets.iter().collect();
+            generic("stablehlo.return", &rs, "", "()")
+        } else {
+            format!("stablehlo.return {} : {}", names(rets), types(rets))
+        };
+        self.line(&text);
+    }
 
     /// Writes a region body `^bb0(args): ... stablehlo.return` for generic-form ops.
     fn region(&mut self, arg_tys: &[DType], body: impl FnOnce(&mut Em, &[V]) -> Vec<V>) {
@@ -705,11 +798,7 @@ impl Em {
         self.line(&format!("^bb0({}):", decl.join(", ")));
         self.indent += 1;
         let rets = body(self, &args);
-        self.line(&format!(
-            "stablehlo.return {} : {}",
-            names(&rets),
-            types(&rets)
-        ));
+        self.ret(&rets);
         self.indent -= 2;
     }
 
@@ -726,11 +815,6 @@ impl Em {
             .filter(|d| !dims.contains(d))
             .map(|d| inputs[0].shape[d])
             .collect();
-        let operands: Vec<String> = inputs
-            .iter()
-            .zip(inits)
-            .map(|(x, i)| format!("({} init: {})", x.name, i.name))
-            .collect();
         let mut all = inputs.to_vec();
         all.extend(inits.iter().cloned());
         let outs: Vec<(DType, Vec<i64>)> = inputs
@@ -738,11 +822,29 @@ impl Em {
             .map(|x| (x.dtype, out_shape.clone()))
             .collect();
         let out_tys: Vec<String> = outs.iter().map(|(d, s)| tensor_ty(*d, s)).collect();
-        let out_ty = if outs.len() == 1 {
-            out_tys[0].clone()
-        } else {
-            format!("({})", out_tys.join(", "))
-        };
+        let out_ty = result_tys(&out_tys);
+        let n = inputs.len();
+        if self.generic {
+            let d: Vec<i64> = dims.iter().map(|&x| x as i64).collect();
+            let res = self.def_multi(
+                format!(
+                    "\"stablehlo.reduce\"({}) <{{dimensions = {}}}> ({{",
+                    names(&all),
+                    arr(&d)
+                ),
+                outs,
+            );
+            let mut tys: Vec<DType> = inputs.iter().map(|v| v.dtype).collect();
+            tys.extend(inputs.iter().map(|v| v.dtype));
+            self.region(&tys, |em, args| body(em, &args[..n], &args[n..]));
+            self.line(&format!("}}) : ({}) -> {out_ty}", types(&all)));
+            return res;
+        }
+        let operands: Vec<String> = inputs
+            .iter()
+            .zip(inits)
+            .map(|(x, i)| format!("({} init: {})", x.name, i.name))
+            .collect();
         let res = self.def_multi(
             format!(
                 "stablehlo.reduce{} across dimensions = [{}] : ({}) -> {}",
@@ -753,7 +855,6 @@ impl Em {
             ),
             outs,
         );
-        let n = inputs.len();
         let acc: Vec<V> = inputs
             .iter()
             .map(|x| V {
@@ -785,11 +886,7 @@ impl Em {
         self.line(&format!("reducer{} {{", groups.join(" ")));
         self.indent += 1;
         let rets = body(self, &acc, &new);
-        self.line(&format!(
-            "stablehlo.return {} : {}",
-            names(&rets),
-            types(&rets)
-        ));
+        self.ret(&rets);
         self.indent -= 1;
         self.line("}");
         self.indent -= 1;
@@ -802,6 +899,11 @@ impl Em {
             .filter(|d| !dims.contains(d))
             .map(|d| x.shape[d])
             .collect();
+        if self.generic {
+            let (xs, inits) = (std::slice::from_ref(x), std::slice::from_ref(init));
+            let body = |em: &mut Em, acc: &[V], new: &[V]| vec![em.binary(op, &acc[0], &new[0])];
+            return self.reduce(xs, inits, dims, body).remove(0);
+        }
         let out = tensor_ty(x.dtype, &out_shape);
         self.def(
             format!(
@@ -898,25 +1000,40 @@ impl Em {
                 .filter(|d| !rb.contains(d) && !rc.contains(d))
                 .map(|d| b.shape[d]),
         );
-        let batch = if lb.is_empty() {
-            String::new()
+        let out = tensor_ty(a.dtype, &shape);
+        let text = if self.generic {
+            let batch = if lb.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "lhs_batching_dimensions = [{}], rhs_batching_dimensions = [{}], ",
+                    join(lb),
+                    join(rb)
+                )
+            };
+            let props = format!(
+                "dot_dimension_numbers = #stablehlo.dot<{batch}lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [{}]>, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]",
+                join(lc),
+                join(rc)
+            );
+            generic("stablehlo.dot_general", &[a, b], &props, &out)
         } else {
-            format!("batching_dims = [{}] x [{}], ", join(lb), join(rb))
-        };
-        self.def(
+            let batch = if lb.is_empty() {
+                String::new()
+            } else {
+                format!("batching_dims = [{}] x [{}], ", join(lb), join(rb))
+            };
             format!(
-                "stablehlo.dot_general {}, {}, {batch}contracting_dims = [{}] x [{}], precision = [DEFAULT, DEFAULT] : ({}, {}) -> {}",
+                "stablehlo.dot_general {}, {}, {batch}contracting_dims = [{}] x [{}], precision = [DEFAULT, DEFAULT] : ({}, {}) -> {out}",
                 a.name,
                 b.name,
                 join(lc),
                 join(rc),
                 a.ty(),
                 b.ty(),
-                tensor_ty(a.dtype, &shape)
-            ),
-            a.dtype,
-            shape,
-        )
+            )
+        };
+        self.def(text, a.dtype, shape)
     }
 
     /// `gather` (generic form) with the given dimension numbers and slice sizes.
@@ -1053,9 +1170,20 @@ impl Em {
             .map(|(l, h)| format!("[{l}, {h}]"))
             .collect();
         let rev = vec!["false"; win.stride.len()].join(", ");
-        self.def(
+        let out = tensor_ty(x.dtype, out_shape);
+        let text = if self.generic {
+            let props = format!(
+                "batch_group_count = {batch_groups} : i64, dimension_numbers = #stablehlo.conv<{layout}>, feature_group_count = {feature_groups} : i64, lhs_dilation = {}, padding = dense<[{}]> : tensor<{}x2xi64>, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>], rhs_dilation = {}, window_reversal = array<i1: {rev}>, window_strides = {}",
+                arr(win.lhs_dilation),
+                pad.join(", "),
+                win.padding.len(),
+                arr(win.rhs_dilation),
+                arr(win.stride),
+            );
+            generic("stablehlo.convolution", &[x, w], &props, &out)
+        } else {
             format!(
-                "stablehlo.convolution({}, {}) dim_numbers = {layout}, window = {{stride = [{}], pad = [{}], lhs_dilate = [{}], rhs_dilate = [{}], reverse = [{rev}]}} {{batch_group_count = {batch_groups} : i64, feature_group_count = {feature_groups} : i64, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]}} : ({}, {}) -> {}",
+                "stablehlo.convolution({}, {}) dim_numbers = {layout}, window = {{stride = [{}], pad = [{}], lhs_dilate = [{}], rhs_dilate = [{}], reverse = [{rev}]}} {{batch_group_count = {batch_groups} : i64, feature_group_count = {feature_groups} : i64, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]}} : ({}, {}) -> {out}",
                 x.name,
                 w.name,
                 join(win.stride),
@@ -1064,29 +1192,29 @@ impl Em {
                 join(win.rhs_dilation),
                 x.ty(),
                 w.ty(),
-                tensor_ty(x.dtype, out_shape)
-            ),
-            x.dtype,
-            out_shape.to_vec(),
-        )
+            )
+        };
+        self.def(text, x.dtype, out_shape.to_vec())
     }
 
     /// `rng` with `UNIFORM` (in `[a, b)`) or `NORMAL` (mean `a`, std `b`) distribution.
     pub fn rng(&mut self, dist: &str, a: &V, b: &V, shape: &[i64]) -> V {
         let s = self.dense_i64(&[shape.len() as i64], shape);
-        self.def(
+        let out = tensor_ty(a.dtype, shape);
+        let text = if self.generic {
+            let props = format!("rng_distribution = #stablehlo<rng_distribution {dist}>");
+            generic("stablehlo.rng", &[a, b, &s], &props, &out)
+        } else {
             format!(
-                "stablehlo.rng {}, {}, {}, distribution = {dist} : ({}, {}, {}) -> {}",
+                "stablehlo.rng {}, {}, {}, distribution = {dist} : ({}, {}, {}) -> {out}",
                 a.name,
                 b.name,
                 s.name,
                 a.ty(),
                 b.ty(),
                 s.ty(),
-                tensor_ty(a.dtype, shape)
-            ),
-            a.dtype,
-            shape.to_vec(),
-        )
+            )
+        };
+        self.def(text, a.dtype, shape.to_vec())
     }
 }

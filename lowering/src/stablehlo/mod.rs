@@ -31,6 +31,10 @@ use thiserror::Error;
 pub struct EmitOptions {
     /// Fold parameters, buffers and constants into the module as `stablehlo.constant`.
     pub inline_constants: bool,
+    /// Write every `stablehlo`/`chlo` op in MLIR's generic syntax (`"stablehlo.add"(%a, %b) :
+    /// (T, T) -> T`) instead of the pretty one, so that an MLIR without the StableHLO dialect
+    /// (unregistered dialects allowed) parses the module; jaxlib reads both as the same module.
+    pub generic: bool,
 }
 
 /// Why a graph could not be lowered.
@@ -239,7 +243,11 @@ pub fn emit(model: &Model, opts: &EmitOptions) -> Result<String, LowerError> {
             msg,
         }
     };
-    let mut em = Em::new();
+    let mut em = if opts.generic {
+        Em::generic()
+    } else {
+        Em::new()
+    };
     let mut vals: Vec<Vec<V>> = vec![vec![]; g.nodes.len()];
     let mut params: Vec<V> = vec![];
     let mut order = g.user_inputs();
