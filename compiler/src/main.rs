@@ -125,10 +125,8 @@ fn write_text(path: &Path, text: &str) -> Result<(), DriverError> {
         print!("{text}");
         return Ok(());
     }
-    let tmp = path.with_extension("tmp");
-    let io = |e: std::io::Error| DriverError::Other(format!("{}: {e}", path.display()));
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    fxhlo_ir::read::safetensors_io::write_atomic(path, text.as_bytes())
+        .map_err(|e| DriverError::Other(format!("{}: {e}", path.display())))
 }
 
 fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {

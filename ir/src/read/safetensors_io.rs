@@ -86,14 +86,55 @@ pub fn to_safetensors_bytes(tensors: &Weights) -> Result<Vec<u8>> {
     safetensors::serialize(views, None).map_err(|e| IrError::Graph(e.to_string()))
 }
 
-/// Writes tensors to a safetensors file, via a temporary file so a failed write loses nothing.
+/// Writes tensors to a safetensors file without losing what was there if the write fails.
 pub fn write_safetensors(path: &Path, tensors: &Weights) -> Result<()> {
     let bytes = to_safetensors_bytes(tensors)?;
-    let tmp = path.with_extension("safetensors.tmp");
-    let io = |e| IrError::Io {
+    write_atomic(path, &bytes).map_err(|e| IrError::Io {
         path: path.display().to_string(),
         source: e,
-    };
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    })
+}
+
+/// Writes `bytes` to `path`. A regular file (or a new one) is written through a temporary file
+/// and renamed over, so a failed write loses nothing; anything else (`/dev/null`, a pipe) is
+/// written directly, never replaced.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => return std::fs::write(path, bytes),
+        _ => {}
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.fxhlo-tmp"));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn writing_to_a_device_does_not_replace_it() {
+        use std::os::unix::fs::FileTypeExt;
+        write_atomic(Path::new("/dev/null"), b"x").unwrap();
+        assert!(std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device());
+    }
+
+    #[test]
+    fn regular_files_are_replaced_whole() {
+        let p = std::env::temp_dir().join(format!("fxhlo-write-{}.bin", std::process::id()));
+        write_atomic(&p, b"first").unwrap();
+        write_atomic(&p, b"second").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"second");
+        std::fs::remove_file(&p).unwrap();
+    }
 }
