@@ -2,18 +2,9 @@
 //! interpreter within its stated tolerance of PyTorch eager; its IR text is snapshot-tested.
 
 use fxhlo::{check_case, load_case};
-use std::path::PathBuf;
+mod common;
 
-fn testdata() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("graph.json").exists())
-        .collect();
-    dirs.sort();
-    dirs
-}
+use common::testdata;
 
 #[test]
 fn models_match_eager_in_the_reference_interpreter() {

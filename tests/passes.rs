@@ -3,18 +3,14 @@
 
 use fxhlo::{compare, load_case, run_reference, Tolerance};
 use fxhlo_passes::{Cx, PassManager};
-use std::path::PathBuf;
+
+mod common;
+
+use common::testdata;
 
 #[test]
 fn o2_matches_o0_on_every_model() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("graph.json").exists())
-        .collect();
-    dirs.sort();
-    for dir in dirs {
+    for dir in testdata() {
         let case = load_case(&dir, None).unwrap();
         let reference = run_reference(&case.model, &case.inputs).unwrap();
         let mut opt = case.model.clone();

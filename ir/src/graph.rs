@@ -354,20 +354,7 @@ impl Graph {
                     }
                     let inferred = self.infer_node(i)?;
                     if inferred != n.results {
-                        let show = |ts: &[TensorType]| {
-                            ts.iter()
-                                .map(|t| t.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        };
-                        return Err(self.node_err(
-                            i,
-                            format!(
-                                "declared result type {} but the op gives {}",
-                                show(&n.results),
-                                show(&inferred)
-                            ),
-                        ));
+                        return Err(self.node_err(i, type_mismatch(&n.results, &inferred)));
                     }
                 }
             }
@@ -408,6 +395,21 @@ impl Graph {
         }
         Ok(())
     }
+}
+
+/// The message for result types that disagree with what the op table infers.
+pub(crate) fn type_mismatch(declared: &[TensorType], inferred: &[TensorType]) -> String {
+    let show = |ts: &[TensorType]| {
+        ts.iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "declared result type {} but the op gives {}",
+        show(declared),
+        show(inferred)
+    )
 }
 
 /// Human-readable description of a parameter kind, for messages.

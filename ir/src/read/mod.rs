@@ -149,17 +149,7 @@ impl GraphBuilder {
         let inferred = self.graph.infer_node(index)?;
         let results = match declared {
             Some(d) if !unsupported && d != inferred => {
-                let show = |ts: &[TensorType]| {
-                    ts.iter()
-                        .map(|t| t.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                return Err(err(format!(
-                    "declared result type {} but the op gives {}",
-                    show(&d),
-                    show(&inferred)
-                )));
+                return Err(err(crate::graph::type_mismatch(&d, &inferred)));
             }
             _ => inferred,
         };
