@@ -3,4 +3,5 @@
 
 #[cfg(feature = "mlir")]
 pub mod mlir;
+pub mod kernels;
 pub mod stablehlo;

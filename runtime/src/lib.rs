@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod fast;
 pub mod interp;
 
 pub use error::RuntimeError;

@@ -1,0 +1,52 @@
+//! The fast runtime: compiled artifacts executed by fused, tiled, Pallas-style kernels.
+//!
+//! A [`program::Program`] is a list of steps over value slots; each step is one kernel of the
+//! fusion plan, compiled for a block-wise executor, or a fallback to the reference interpreter
+//! for what no fast kernel covers yet (listed by `fxhlo run --stats`).
+
+pub mod conv;
+pub mod expr;
+pub mod gather;
+pub mod gemm;
+pub mod math;
+pub mod pool;
+pub mod reduce;
+
+/// A read-only operand of a kernel: a contiguous row-major buffer of one of the element types
+/// the fast kernels work on.
+#[derive(Clone, Copy, Debug)]
+pub enum Src<'a> {
+    /// `f32` elements.
+    F32(&'a [f32]),
+    /// `i64` elements (indices).
+    I64(&'a [i64]),
+    /// Booleans (masks).
+    Bool(&'a [bool]),
+}
+
+impl Src<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Src::F32(s) => s.len(),
+            Src::I64(s) => s.len(),
+            Src::Bool(s) => s.len(),
+        }
+    }
+
+    /// True if there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A result buffer of a kernel: contiguous, row-major, of the result's full size.
+#[derive(Debug)]
+pub enum Dst<'a> {
+    /// `f32` elements.
+    F32(&'a mut [f32]),
+    /// `i64` elements (indices).
+    I64(&'a mut [i64]),
+    /// Booleans (masks).
+    Bool(&'a mut [bool]),
+}
