@@ -71,4 +71,28 @@ pub enum RuntimeError {
     /// A problem with the graph as a whole.
     #[error("graph: {0}")]
     Graph(String),
+    /// An artifact could not be read: wrong magic, another format version, corrupted bytes or an
+    /// inconsistent program.
+    #[error("artifact: {0}")]
+    Artifact(String),
+    /// A step of a compiled program failed: names the step, its first node and what went wrong.
+    #[error("step {step} '{name}' ({kernel}): {msg}")]
+    Step {
+        /// Position of the step in the program.
+        step: usize,
+        /// The name of the step (its first graph node).
+        name: String,
+        /// The kind of kernel.
+        kernel: String,
+        /// What went wrong.
+        msg: String,
+    },
+    /// The memory plan needs more than the limit given.
+    #[error("the memory plan needs {needed} bytes at peak, more than the limit of {limit} bytes")]
+    Memory {
+        /// Peak bytes of the plan (intermediates, constants and outputs).
+        needed: u64,
+        /// The limit.
+        limit: u64,
+    },
 }

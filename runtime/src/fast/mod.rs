@@ -50,3 +50,12 @@ pub enum Dst<'a> {
     /// Booleans (masks).
     Bool(&'a mut [bool]),
 }
+
+pub mod artifact;
+pub mod exec;
+pub mod memory;
+pub mod program;
+
+pub use artifact::{Artifact, ArtifactHeader};
+pub use exec::{ExecOptions, Executor};
+pub use program::{Kernel, Program, Step, TensorSpec};

@@ -1,0 +1,703 @@
+//! The executor: runs a program's steps on a thread pool, with buffers from the memory plan.
+
+use super::artifact::Artifact;
+use super::memory::{ElemKind, Loc, MemoryPlan};
+use super::program::{Kernel, Program, Step, TensorSpec};
+use super::{Dst, Src};
+use crate::interp::{self, Data, Tensor};
+use crate::RuntimeError;
+use fxhlo_ir::{DType, HostTensor, Model};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// An owned buffer.
+#[derive(Clone, Debug)]
+enum Buf {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+    /// Element types the fast kernels do not use, kept as interpreter tensors.
+    T(Tensor),
+}
+
+impl Buf {
+    fn src(&self) -> Option<Src<'_>> {
+        match self {
+            Buf::F32(v) => Some(Src::F32(v)),
+            Buf::I64(v) => Some(Src::I64(v)),
+            Buf::Bool(v) => Some(Src::Bool(v)),
+            Buf::T(_) => None,
+        }
+    }
+
+    fn empty(kind: ElemKind) -> Buf {
+        match kind {
+            ElemKind::F32 => Buf::F32(vec![]),
+            ElemKind::I64 => Buf::I64(vec![]),
+            ElemKind::Bool => Buf::Bool(vec![]),
+        }
+    }
+
+    /// A zeroed buffer for `spec`.
+    fn for_spec(spec: &TensorSpec) -> Buf {
+        let n = spec.numel();
+        match ElemKind::of(spec.dtype) {
+            Some(ElemKind::F32) => Buf::F32(vec![0.0; n]),
+            Some(ElemKind::I64) => Buf::I64(vec![0; n]),
+            Some(ElemKind::Bool) => Buf::Bool(vec![false; n]),
+            None => Buf::T(Tensor::zeros(spec.dtype, spec.shape.clone())),
+        }
+    }
+
+    fn from_host(h: &HostTensor) -> Result<Buf, String> {
+        Ok(match h.dtype {
+            DType::F32 => Buf::F32(
+                h.bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::I64 => Buf::I64(
+                h.bytes
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect(),
+            ),
+            DType::Bool => Buf::Bool(h.bytes.iter().map(|&b| b != 0).collect()),
+            _ => Buf::T(Tensor::from_host(h)?),
+        })
+    }
+
+    fn view(&self, spec: &TensorSpec) -> View<'_> {
+        match self.src() {
+            Some(s) => View::Src(s),
+            None => match self {
+                Buf::T(t) => View::T(t.clone()),
+                _ => View::T(Tensor::zeros(spec.dtype, spec.shape.clone())),
+            },
+        }
+    }
+}
+
+/// A value as read by a step.
+enum View<'a> {
+    Src(Src<'a>),
+    T(Tensor),
+}
+
+fn write_bytes(v: &View<'_>, out: &mut [u8]) {
+    match v {
+        View::Src(Src::F32(s)) => {
+            for (o, x) in out.chunks_exact_mut(4).zip(s.iter()) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        View::Src(Src::I64(s)) => {
+            for (o, x) in out.chunks_exact_mut(8).zip(s.iter()) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        View::Src(Src::Bool(s)) => {
+            for (o, x) in out.iter_mut().zip(s.iter()) {
+                *o = *x as u8;
+            }
+        }
+        View::T(t) => {
+            let h = t.to_host();
+            let n = out.len().min(h.bytes.len());
+            out[..n].copy_from_slice(&h.bytes[..n]);
+        }
+    }
+}
+
+fn to_tensor(v: &View<'_>, spec: &TensorSpec) -> Tensor {
+    match v {
+        View::Src(Src::F32(s)) => Tensor::from_f64s(
+            spec.dtype,
+            spec.shape.clone(),
+            s.iter().map(|&x| x as f64).collect(),
+        ),
+        View::Src(Src::I64(s)) => Tensor::from_i64s(spec.dtype, spec.shape.clone(), s.to_vec()),
+        View::Src(Src::Bool(s)) => Tensor::from_bools(spec.dtype, spec.shape.clone(), s.to_vec()),
+        View::T(t) => t.clone(),
+    }
+}
+
+/// Loads artifacts and runs them; one executor may run many times (not concurrently: runs
+/// share its arena).
+pub struct Executor {
+    artifact: Artifact,
+    plan: MemoryPlan,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    consts: Vec<Option<Buf>>,
+    fallbacks: Vec<Option<Model>>,
+    arena: Mutex<Vec<Buf>>,
+}
+
+/// Settings of an executor.
+#[derive(Clone, Debug, Default)]
+pub struct ExecOptions {
+    /// Worker threads; `None`: `FXHLO_NUM_THREADS` if set, else every core.
+    pub threads: Option<usize>,
+    /// Refuse programs whose memory plan needs more bytes than this at peak.
+    pub max_memory: Option<u64>,
+}
+
+/// The thread count from `FXHLO_NUM_THREADS`, else the number of cores.
+pub fn default_threads() -> usize {
+    std::env::var("FXHLO_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+}
+
+fn step_err(i: usize, s: &Step, msg: impl Into<String>) -> RuntimeError {
+    RuntimeError::Step {
+        step: i,
+        name: s.name().to_string(),
+        kernel: s.kernel.kind().to_string(),
+        msg: msg.into(),
+    }
+}
+
+impl Executor {
+    /// Prepares `artifact` to run: converts constants, parses fallback graphs, plans memory.
+    pub fn new(artifact: Artifact, opts: &ExecOptions) -> Result<Executor, RuntimeError> {
+        artifact.validate()?;
+        let p = &artifact.header.program;
+        let plan = MemoryPlan::new(p);
+        if let Some(limit) = opts.max_memory {
+            if plan.peak_bytes() > limit {
+                return Err(RuntimeError::Memory {
+                    needed: plan.peak_bytes(),
+                    limit,
+                });
+            }
+        }
+        let mut consts: Vec<Option<Buf>> = vec![None; p.values.len()];
+        for (v, name) in &p.constants {
+            // Artifact::validate established that the constant exists with the right type.
+            let h = &artifact.constants[name];
+            consts[*v as usize] = Some(
+                Buf::from_host(h)
+                    .map_err(|e| RuntimeError::Artifact(format!("constant '{name}': {e}")))?,
+            );
+        }
+        let mut fallbacks = Vec::with_capacity(p.steps.len());
+        for (i, s) in p.steps.iter().enumerate() {
+            fallbacks.push(match &s.kernel {
+                Kernel::Fallback { graph, .. } => {
+                    let g = fxhlo_ir::text::parse_graph(graph).map_err(|e| {
+                        RuntimeError::Artifact(format!("step {i}: fallback graph: {e}"))
+                    })?;
+                    g.verify().map_err(|e| {
+                        RuntimeError::Artifact(format!("step {i}: fallback graph: {e}"))
+                    })?;
+                    check_fallback(&g, p, s)
+                        .map_err(|e| RuntimeError::Artifact(format!("step {i}: {e}")))?;
+                    Some(Model {
+                        graph: g,
+                        weights: Default::default(),
+                    })
+                }
+            });
+        }
+        let threads = opts.threads.unwrap_or_else(default_threads).max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| RuntimeError::Graph(format!("cannot start {threads} threads: {e}")))?;
+        let arena = plan.buffers.iter().map(|(k, _)| Buf::empty(*k)).collect();
+        Ok(Executor {
+            artifact,
+            plan,
+            pool,
+            threads,
+            consts,
+            fallbacks,
+            arena: Mutex::new(arena),
+        })
+    }
+
+    /// The artifact.
+    pub fn artifact(&self) -> &Artifact {
+        &self.artifact
+    }
+
+    /// The memory plan.
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// Worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn program(&self) -> &Program {
+        &self.artifact.header.program
+    }
+
+    /// Runs on inputs keyed by name; returns the outputs in order.
+    pub fn run(
+        &self,
+        inputs: &BTreeMap<String, HostTensor>,
+    ) -> Result<Vec<HostTensor>, RuntimeError> {
+        let p = self.program();
+        let specs: Vec<&TensorSpec> = p.inputs.iter().map(|&v| &p.values[v as usize]).collect();
+        for k in inputs.keys() {
+            if !specs.iter().any(|s| &s.name == k) {
+                return Err(RuntimeError::UnexpectedInput {
+                    name: k.clone(),
+                    expected: specs
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+        }
+        let mut ins = Vec::with_capacity(specs.len());
+        for s in &specs {
+            let h = inputs
+                .get(&s.name)
+                .ok_or_else(|| RuntimeError::MissingInput(s.name.clone()))?;
+            if h.dtype != s.dtype || h.shape != s.shape {
+                return Err(RuntimeError::InputType {
+                    name: s.name.clone(),
+                    found: format!("{:?}", h.shape),
+                    found_dtype: h.dtype.name().to_string(),
+                    expected: s.type_string(),
+                });
+            }
+            ins.push(h.bytes.as_slice());
+        }
+        let mut outs: Vec<Vec<u8>> = p
+            .outputs
+            .iter()
+            .map(|&v| vec![0u8; p.values[v as usize].bytes()])
+            .collect();
+        {
+            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            self.run_raw(&ins, &mut refs)?;
+        }
+        Ok(p
+            .outputs
+            .iter()
+            .zip(outs)
+            .map(|(&v, bytes)| {
+                let s = &p.values[v as usize];
+                HostTensor {
+                    dtype: s.dtype,
+                    shape: s.shape.clone(),
+                    bytes,
+                }
+            })
+            .collect())
+    }
+
+    /// Runs on raw little-endian row-major bytes: `inputs` in the artifact's input order,
+    /// `outputs` in its output order, each exactly the size of its spec. Inputs are read in
+    /// place, and outputs written in place where their bytes are aligned for their element
+    /// type (else through a buffer and one copy).
+    pub fn run_raw(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RuntimeError> {
+        let p = self.program();
+        if inputs.len() != p.inputs.len() {
+            return Err(RuntimeError::Graph(format!(
+                "{} inputs passed, the program takes {}",
+                inputs.len(),
+                p.inputs.len()
+            )));
+        }
+        if outputs.len() != p.outputs.len() {
+            return Err(RuntimeError::Graph(format!(
+                "{} output buffers passed, the program returns {}",
+                outputs.len(),
+                p.outputs.len()
+            )));
+        }
+        for (k, (&v, b)) in p.inputs.iter().zip(inputs).enumerate() {
+            let s = &p.values[v as usize];
+            if b.len() != s.bytes() {
+                return Err(RuntimeError::InputBytes {
+                    name: s.name.clone(),
+                    msg: format!(
+                        "has {} bytes, expected {} for {} (input {k})",
+                        b.len(),
+                        s.bytes(),
+                        s.type_string()
+                    ),
+                });
+            }
+            if s.dtype == DType::Bool && b.iter().any(|&x| x > 1) {
+                return Err(RuntimeError::InputBytes {
+                    name: s.name.clone(),
+                    msg: "is bool but holds bytes other than 0 and 1".into(),
+                });
+            }
+        }
+        for (k, (&v, b)) in p.outputs.iter().zip(outputs.iter()).enumerate() {
+            let s = &p.values[v as usize];
+            if b.len() != s.bytes() {
+                return Err(RuntimeError::Graph(format!(
+                    "output {k} '{}' buffer has {} bytes, expected {} for {}",
+                    s.name,
+                    b.len(),
+                    s.bytes(),
+                    s.type_string()
+                )));
+            }
+        }
+        let mut arena = self
+            .arena
+            .lock()
+            .map_err(|_| RuntimeError::Graph("a previous run panicked".into()))?;
+        let arena: &mut Vec<Buf> = &mut arena;
+        self.pool
+            .install(|| self.run_steps(inputs, outputs, arena))
+    }
+
+    fn run_steps(
+        &self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        arena: &mut [Buf],
+    ) -> Result<(), RuntimeError> {
+        let p = self.program();
+        let n = p.values.len();
+        // Inputs in place where aligned; others converted once.
+        let mut input_views: Vec<Option<Src<'_>>> = Vec::with_capacity(inputs.len());
+        let mut converted: Vec<Option<Buf>> = vec![None; inputs.len()];
+        for (k, (&v, b)) in p.inputs.iter().zip(inputs).enumerate() {
+            let s = &p.values[v as usize];
+            let view = match s.dtype {
+                DType::F32 => bytemuck::try_cast_slice::<u8, f32>(b).ok().map(Src::F32),
+                DType::I64 => bytemuck::try_cast_slice::<u8, i64>(b).ok().map(Src::I64),
+                _ => None,
+            };
+            if view.is_none() {
+                let h = HostTensor {
+                    dtype: s.dtype,
+                    shape: s.shape.clone(),
+                    bytes: b.to_vec(),
+                };
+                converted[k] = Some(Buf::from_host(&h).map_err(|msg| RuntimeError::InputBytes {
+                    name: s.name.clone(),
+                    msg,
+                })?);
+            }
+            input_views.push(view);
+        }
+        // Outputs in place where aligned and of a kind the kernels write.
+        let mut out_slots: Vec<Option<OutSlot<'_>>> = Vec::with_capacity(outputs.len());
+        let mut out_written: Vec<Option<Src<'_>>> = vec![None; outputs.len()];
+        let mut owned: Vec<Option<Buf>> = vec![None; n];
+        for (b, &v) in outputs.iter_mut().zip(&p.outputs) {
+            let s = &p.values[v as usize];
+            let b: &mut [u8] = b;
+            // Lengths were checked above; alignment decides whether to write in place.
+            let aligned = |a: usize| (b.as_ptr() as usize) % a == 0;
+            out_slots.push(Some(match s.dtype {
+                DType::F32 if aligned(4) => OutSlot::F32(bytemuck::cast_slice_mut(b)),
+                DType::I64 if aligned(8) => OutSlot::I64(bytemuck::cast_slice_mut(b)),
+                _ => OutSlot::Bytes(b),
+            }));
+        }
+        for (i, step) in p.steps.iter().enumerate() {
+            // Take the destinations out.
+            let mut dst_bufs: Vec<DstBuf<'_>> = Vec::with_capacity(step.dsts.len());
+            for &v in &step.dsts {
+                let spec = &p.values[v as usize];
+                let d = match self.plan.loc[v as usize] {
+                    Loc::Arena(b) => {
+                        let mut buf = std::mem::replace(&mut arena[b], Buf::Bool(vec![]));
+                        resize(&mut buf, spec.numel());
+                        DstBuf::Owned(buf)
+                    }
+                    Loc::Output(k) => match out_slots[k].take() {
+                        Some(OutSlot::F32(f)) => DstBuf::OutF32(k, f),
+                        Some(OutSlot::I64(f)) => DstBuf::OutI64(k, f),
+                        Some(OutSlot::Bytes(b)) => DstBuf::OutBytes(k, b, Buf::for_spec(spec)),
+                        None => return Err(step_err(i, step, "output written twice")),
+                    },
+                    _ => DstBuf::Owned(Buf::for_spec(spec)),
+                };
+                dst_bufs.push(d);
+            }
+            {
+                let mut srcs: Vec<View<'_>> = Vec::with_capacity(step.srcs.len());
+                for &v in &step.srcs {
+                    let view = self
+                        .resolve(v, &input_views, &converted, arena, &out_written, &owned)
+                        .ok_or_else(|| step_err(i, step, "reads a value not computed yet"))?;
+                    srcs.push(view);
+                }
+                self.run_step(i, step, &srcs, &mut dst_bufs)?;
+            }
+            // Put the destinations back.
+            for (&v, d) in step.dsts.iter().zip(dst_bufs) {
+                match d {
+                    DstBuf::Owned(buf) => match self.plan.loc[v as usize] {
+                        Loc::Arena(b) => arena[b] = buf,
+                        _ => owned[v as usize] = Some(buf),
+                    },
+                    DstBuf::OutF32(k, f) => out_written[k] = Some(Src::F32(f)),
+                    DstBuf::OutI64(k, f) => out_written[k] = Some(Src::I64(f)),
+                    DstBuf::OutBytes(k, b, buf) => {
+                        let spec = &p.values[v as usize];
+                        write_bytes(&buf.view(spec), b);
+                        // Later readers find it in `owned`.
+                        owned[v as usize] = Some(buf);
+                        out_written[k] = None;
+                    }
+                }
+            }
+        }
+        // Outputs that no step wrote in place: inputs, constants, repeated or owned values.
+        for (k, &v) in p.outputs.iter().enumerate() {
+            let spec = &p.values[v as usize];
+            let Some(slot) = out_slots[k].take() else {
+                continue;
+            };
+            let view = self
+                .resolve(v, &input_views, &converted, arena, &out_written, &owned)
+                .ok_or_else(|| {
+                    RuntimeError::Graph(format!("output {k} '{}' was never computed", spec.name))
+                })?;
+            match slot {
+                OutSlot::F32(f) => write_bytes(&view, bytemuck::cast_slice_mut(f)),
+                OutSlot::I64(f) => write_bytes(&view, bytemuck::cast_slice_mut(f)),
+                OutSlot::Bytes(b) => write_bytes(&view, b),
+            }
+        }
+        Ok(())
+    }
+
+    /// Where value `v` can be read now.
+    #[allow(clippy::too_many_arguments)]
+    fn resolve<'s>(
+        &'s self,
+        v: u32,
+        input_views: &[Option<Src<'s>>],
+        converted: &'s [Option<Buf>],
+        arena: &'s [Buf],
+        out_written: &[Option<Src<'s>>],
+        owned: &'s [Option<Buf>],
+    ) -> Option<View<'s>> {
+        let spec = &self.program().values[v as usize];
+        Some(match self.plan.loc[v as usize] {
+            Loc::Input(k) => match (input_views[k], &converted[k]) {
+                (Some(s), _) => View::Src(s),
+                (None, Some(b)) => b.view(spec),
+                (None, None) => return None,
+            },
+            Loc::Const => self.consts[v as usize].as_ref()?.view(spec),
+            Loc::Arena(b) => arena[b].view(spec),
+            Loc::Output(k) => match (out_written[k], &owned[v as usize]) {
+                (Some(s), _) => View::Src(s),
+                (None, Some(b)) => b.view(spec),
+                (None, None) => return None,
+            },
+            Loc::Owned => owned[v as usize].as_ref()?.view(spec),
+        })
+    }
+
+    fn run_step(
+        &self,
+        i: usize,
+        step: &Step,
+        srcs: &[View<'_>],
+        dsts: &mut [DstBuf<'_>],
+    ) -> Result<(), RuntimeError> {
+        let p = self.program();
+        match &step.kernel {
+            Kernel::Fallback { .. } => {
+                let Some(Some(model)) = self.fallbacks.get(i) else {
+                    return Err(step_err(i, step, "fallback graph not prepared"));
+                };
+                let mut ins = BTreeMap::new();
+                for (k, (v, &id)) in srcs.iter().zip(&step.srcs).enumerate() {
+                    ins.insert(format!("in{k}"), to_tensor(v, &p.values[id as usize]));
+                }
+                let outs = interp::eval(model, &ins, &interp::Options::default())?;
+                for (d, t) in dsts.iter_mut().zip(outs) {
+                    d.store(t);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A readable summary: steps by kind, fallbacks with their reasons, and the memory plan.
+    pub fn stats(&self) -> String {
+        let p = self.program();
+        let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut fallbacks = vec![];
+        for s in &p.steps {
+            *by_kind.entry(s.kernel.kind()).or_insert(0) += 1;
+            #[allow(irrefutable_let_patterns)]
+            if let Kernel::Fallback { reason, .. } = &s.kernel {
+                fallbacks.push(format!(
+                    "  fallback {} ({} nodes): {reason}",
+                    s.name(),
+                    s.nodes.len()
+                ));
+            }
+        }
+        let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let m = &self.plan;
+        let mut out = format!(
+            "steps: {} ({})\nthreads: {}\nmemory: peak {} bytes (arena {} in {} buffers, outputs {}, constants {}, other {}); intermediates without reuse {} bytes\n",
+            p.steps.len(),
+            kinds.join(", "),
+            self.threads,
+            m.peak_bytes(),
+            m.arena_bytes,
+            m.buffers.len(),
+            m.output_bytes,
+            m.constant_bytes,
+            m.owned_bytes,
+            m.intermediate_bytes,
+        );
+        if fallbacks.is_empty() {
+            out.push_str("fallbacks to the reference interpreter: none\n");
+        } else {
+            out.push_str(&format!(
+                "fallbacks to the reference interpreter: {}\n",
+                fallbacks.len()
+            ));
+            for f in fallbacks {
+                out.push_str(&f);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// Checks a fallback graph's inputs and outputs against the step's values.
+fn check_fallback(g: &fxhlo_ir::Graph, p: &Program, s: &Step) -> Result<(), String> {
+    let ins = g.user_inputs();
+    if ins.len() != s.srcs.len() || !g.weight_inputs().is_empty() {
+        return Err(format!(
+            "fallback graph takes {} inputs, the step passes {}",
+            ins.len(),
+            s.srcs.len()
+        ));
+    }
+    for (k, (&n, &v)) in ins.iter().zip(&s.srcs).enumerate() {
+        let spec = &p.values[v as usize];
+        let t = &g.nodes[n].results[0];
+        if g.nodes[n].name != format!("in{k}") || !same_type(t, spec) {
+            return Err(format!(
+                "fallback input {k} does not match value '{}' ({})",
+                spec.name,
+                spec.type_string()
+            ));
+        }
+    }
+    if g.outputs.len() != s.dsts.len() {
+        return Err(format!(
+            "fallback graph returns {} values, the step writes {}",
+            g.outputs.len(),
+            s.dsts.len()
+        ));
+    }
+    for (o, &v) in g.outputs.iter().zip(&s.dsts) {
+        let spec = &p.values[v as usize];
+        if !same_type(g.ty(*o), spec) {
+            return Err(format!(
+                "fallback output does not match value '{}' ({})",
+                spec.name,
+                spec.type_string()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn same_type(t: &fxhlo_ir::TensorType, s: &TensorSpec) -> bool {
+    t.dtype == s.dtype
+        && t.shape.len() == s.shape.len()
+        && t.shape
+            .iter()
+            .zip(&s.shape)
+            .all(|(d, &e)| d.as_static() == Some(e as i64))
+}
+
+fn resize(b: &mut Buf, n: usize) {
+    match b {
+        Buf::F32(v) => v.resize(n, 0.0),
+        Buf::I64(v) => v.resize(n, 0),
+        Buf::Bool(v) => v.resize(n, false),
+        Buf::T(_) => {}
+    }
+}
+
+enum OutSlot<'a> {
+    F32(&'a mut [f32]),
+    I64(&'a mut [i64]),
+    Bytes(&'a mut [u8]),
+}
+
+/// A destination during a step.
+enum DstBuf<'a> {
+    Owned(Buf),
+    OutF32(usize, &'a mut [f32]),
+    OutI64(usize, &'a mut [i64]),
+    OutBytes(usize, &'a mut [u8], Buf),
+}
+
+impl DstBuf<'_> {
+    /// The destination as a kernel result buffer, if it is of a fast kind.
+    #[allow(dead_code)]
+    fn dst(&mut self) -> Option<Dst<'_>> {
+        match self {
+            DstBuf::Owned(b) | DstBuf::OutBytes(_, _, b) => match b {
+                Buf::F32(v) => Some(Dst::F32(v)),
+                Buf::I64(v) => Some(Dst::I64(v)),
+                Buf::Bool(v) => Some(Dst::Bool(v)),
+                Buf::T(_) => None,
+            },
+            DstBuf::OutF32(_, f) => Some(Dst::F32(f)),
+            DstBuf::OutI64(_, f) => Some(Dst::I64(f)),
+        }
+    }
+
+    /// Stores an interpreter result.
+    fn store(&mut self, t: Tensor) {
+        let write_f32 = |d: &mut [f32], t: &Tensor| {
+            if let Data::F(v) = &t.data {
+                for (o, x) in d.iter_mut().zip(v) {
+                    *o = *x as f32;
+                }
+            }
+        };
+        let write_i64 = |d: &mut [i64], t: &Tensor| {
+            if let Data::I(v) = &t.data {
+                d.copy_from_slice(&v[..d.len().min(v.len())]);
+            }
+        };
+        match self {
+            DstBuf::Owned(b) | DstBuf::OutBytes(_, _, b) => match b {
+                Buf::F32(v) => write_f32(v, &t),
+                Buf::I64(v) => write_i64(v, &t),
+                Buf::Bool(v) => {
+                    if let Data::B(x) = &t.data {
+                        let n = v.len().min(x.len());
+                        v[..n].copy_from_slice(&x[..n]);
+                    }
+                }
+                Buf::T(x) => *x = t,
+            },
+            DstBuf::OutF32(_, f) => write_f32(f, &t),
+            DstBuf::OutI64(_, f) => write_i64(f, &t),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! A compiled program: value slots and the steps (kernels) that compute them.
+//!
+//! Every step is one kernel of the fusion plan, described the Pallas way by a [`Launch`]: a grid
+//! of program instances and, per operand, a [`BlockSpec`] (the block each instance works on and
+//! the map from grid index to block index). The executor runs grid points in parallel.
+
+use fxhlo_ir::DType;
+use serde::{Deserialize, Serialize};
+
+/// Index of a value in [`Program::values`].
+pub type ValueId = u32;
+
+/// Name, dtype and static shape of a tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    /// Name (the graph's value name).
+    pub name: String,
+    /// Element type.
+    #[serde(with = "dtype_name")]
+    pub dtype: DType,
+    /// Static shape.
+    pub shape: Vec<usize>,
+}
+
+impl TensorSpec {
+    /// Number of elements (saturating: specs are validated before use).
+    pub fn numel(&self) -> usize {
+        self.shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Size in bytes (saturating).
+    pub fn bytes(&self) -> usize {
+        self.numel().saturating_mul(self.dtype.size_bytes())
+    }
+
+    /// `[2, 3] f32`.
+    pub fn type_string(&self) -> String {
+        format!(
+            "[{}] {}",
+            self.shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.dtype.name()
+        )
+    }
+}
+
+/// The shape of the work of one kernel launch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Launch {
+    /// Number of program instances along each grid axis.
+    pub grid: Vec<usize>,
+    /// One block spec per operand (sources first, then destinations).
+    pub blocks: Vec<BlockSpec>,
+}
+
+/// The block of one operand that each program instance works on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSpec {
+    /// Block shape (a full dimension where the block spans it).
+    pub block_shape: Vec<usize>,
+    /// For each block dimension, the grid axis whose index selects the block along it, or
+    /// `None` where every instance takes block 0 (the whole dimension).
+    pub index_map: Vec<Option<usize>>,
+}
+
+impl BlockSpec {
+    /// The spec of an operand read whole by every instance.
+    pub fn whole(shape: &[usize]) -> BlockSpec {
+        BlockSpec {
+            block_shape: shape.to_vec(),
+            index_map: vec![None; shape.len()],
+        }
+    }
+}
+
+/// One step of a program.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// The graph nodes this step computes (names), for messages and `--stats`.
+    pub nodes: Vec<String>,
+    /// Values read, in the kernel's operand-slot order.
+    pub srcs: Vec<ValueId>,
+    /// Values written, in the kernel's result order.
+    pub dsts: Vec<ValueId>,
+    /// Grid and block specs.
+    pub launch: Launch,
+    /// What runs.
+    pub kernel: Kernel,
+}
+
+impl Step {
+    /// The step's name: its first node.
+    pub fn name(&self) -> &str {
+        self.nodes.first().map(String::as_str).unwrap_or("?")
+    }
+}
+
+/// The kernels of the fast runtime.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Kernel {
+    /// No fast kernel covers these nodes yet: the reference interpreter runs them. `graph` is the
+    /// IR text of a graph whose user inputs are the step's sources (in order) and whose outputs
+    /// are its destinations.
+    Fallback {
+        /// IR text of the sub-graph.
+        graph: String,
+        /// Why no fast kernel was used.
+        reason: String,
+    },
+}
+
+impl Kernel {
+    /// Short kind name, for messages and statistics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Kernel::Fallback { .. } => "fallback",
+        }
+    }
+}
+
+/// A compiled program.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct Program {
+    /// Every value the program stores: user inputs, constants, step results.
+    pub values: Vec<TensorSpec>,
+    /// The user inputs, in call order.
+    pub inputs: Vec<ValueId>,
+    /// Constants: each value and the name of its tensor in the artifact's constants.
+    pub constants: Vec<(ValueId, String)>,
+    /// The returned values, in order.
+    pub outputs: Vec<ValueId>,
+    /// Steps in execution order.
+    pub steps: Vec<Step>,
+}
+
+mod dtype_name {
+    use fxhlo_ir::DType;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(d.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DType, D::Error> {
+        let s = String::deserialize(d)?;
+        DType::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown dtype '{s}'")))
+    }
+}
