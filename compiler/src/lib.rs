@@ -35,6 +35,136 @@ pub fn load_model(path: &Path) -> Result<Model> {
     Ok(fxhlo_ir::read::read_model(path)?)
 }
 
+/// Builds a model from fxjson bytes and the weights it names (e.g. a graph handed over
+/// in-process by the torch backend).
+pub fn model_from_fxjson(bytes: &[u8], weights: Weights) -> Result<Model> {
+    let (graph, _) = fxhlo_ir::read::fxjson::parse_fxjson(bytes, "<fxjson>")?;
+    let model = Model { graph, weights };
+    model.verify_weights()?;
+    Ok(model)
+}
+
+/// How to compile.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// Optimization level (0, 1 or 2).
+    pub opt_level: u8,
+    /// Run these passes instead of the level's pipeline.
+    pub passes: Option<Vec<String>>,
+    /// Verify the graph after every pass.
+    pub verify_each: bool,
+    /// Dump the IR after these passes (`*`: all) through the dump callback.
+    pub print_after: Vec<String>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            opt_level: 2,
+            passes: None,
+            verify_each: false,
+            print_after: vec![],
+        }
+    }
+}
+
+/// The pass manager `opts` asks for.
+pub fn pass_manager(opts: &CompileOptions) -> Result<fxhlo_passes::PassManager> {
+    let mut pm = match &opts.passes {
+        Some(names) => {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            fxhlo_passes::PassManager::from_names(&names).map_err(DriverError::Other)?
+        }
+        None => fxhlo_passes::PassManager::for_level(opts.opt_level),
+    };
+    pm.verify_each |= opts.verify_each;
+    pm.print_after = opts.print_after.clone();
+    Ok(pm)
+}
+
+/// Everything compilation produced, for the CLI's reports.
+pub struct Compiled {
+    /// The artifact.
+    pub artifact: fxhlo_runtime::fast::Artifact,
+    /// The optimized graph.
+    pub graph: fxhlo_ir::Graph,
+    /// Pass timings and e-graph reports.
+    pub cx: fxhlo_passes::Cx,
+    /// The fusion plan the program was built from.
+    pub plan: fxhlo_passes::fusion::FusionPlan,
+    /// How the kernels were compiled.
+    pub report: fxhlo_lowering::kernels::BuildReport,
+    /// Wall time of the whole compilation.
+    pub time: std::time::Duration,
+}
+
+/// Compiles `model` into an artifact for the fast runtime.
+pub fn compile(model: &Model, opts: &CompileOptions) -> Result<fxhlo_runtime::fast::Artifact> {
+    Ok(compile_with(model, opts, &mut |_, _| {})?.artifact)
+}
+
+/// [`compile`], returning every intermediate result; `dump` receives the IR after the passes
+/// named in `opts.print_after`.
+pub fn compile_with(
+    model: &Model,
+    opts: &CompileOptions,
+    dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
+) -> Result<Compiled> {
+    let t0 = std::time::Instant::now();
+    let _span = tracing::info_span!("compile").entered();
+    if let Some((op, _)) = model.graph.unsupported_ops().into_iter().next() {
+        return Err(DriverError::Other(format!(
+            "op {op} is not supported by fxhlo (`fxhlo inspect` lists every unsupported op)"
+        )));
+    }
+    let mut m = model.clone();
+    let pm = pass_manager(opts)?;
+    let mut cx = fxhlo_passes::Cx::default();
+    pm.run(&mut m.graph, &mut cx, dump)?;
+    let plan = fxhlo_passes::fusion::plan(&m.graph);
+    let (program, report) =
+        fxhlo_lowering::kernels::build_program(&m.graph, &plan).map_err(DriverError::Other)?;
+    let stablehlo = fxhlo_lowering::stablehlo::emit(
+        &m,
+        &fxhlo_lowering::stablehlo::EmitOptions {
+            inline_constants: false,
+            generic: false,
+        },
+    )
+    .map_err(|e| e.to_string());
+    let constants: Weights = program
+        .constants
+        .iter()
+        .filter_map(|(_, name)| m.weights.get(name).map(|t| (name.clone(), t.clone())))
+        .collect();
+    let artifact = fxhlo_runtime::fast::Artifact {
+        header: fxhlo_runtime::fast::ArtifactHeader {
+            compiler_version: env!("CARGO_PKG_VERSION").to_string(),
+            opt_level: opts.opt_level,
+            program,
+            graph: fxhlo_ir::text::print_graph(&m.graph),
+            stablehlo,
+        },
+        constants,
+    };
+    artifact.validate()?;
+    Ok(Compiled {
+        artifact,
+        graph: m.graph,
+        cx,
+        plan,
+        report,
+        time: t0.elapsed(),
+    })
+}
+
+/// Runs `model` on `inputs` with the fast runtime (compiled at `-O2`).
+pub fn run_fast(model: &Model, inputs: &Weights) -> Result<Vec<HostTensor>> {
+    let a = compile(model, &CompileOptions::default())?;
+    let ex = fxhlo_runtime::fast::Executor::new(a, &Default::default())?;
+    Ok(ex.run(inputs)?)
+}
+
 /// Runs `model` on `inputs` in the reference interpreter.
 pub fn run_reference(model: &Model, inputs: &Weights) -> Result<Vec<HostTensor>> {
     let _span = tracing::info_span!("interpret").entered();
@@ -204,6 +334,15 @@ pub fn load_case(dir: &Path, model_file: Option<&Path>) -> Result<TestCase> {
 /// Runs a test case in the reference interpreter and compares every output.
 pub fn check_case(case: &TestCase, tol: Option<Tolerance>) -> Result<Vec<Comparison>> {
     let outputs = run_reference(&case.model, &case.inputs)?;
+    check_outputs(case, &outputs, tol)
+}
+
+/// Compares `outputs` with the case's expected outputs.
+pub fn check_outputs(
+    case: &TestCase,
+    outputs: &[HostTensor],
+    tol: Option<Tolerance>,
+) -> Result<Vec<Comparison>> {
     if outputs.len() != case.expected.len() {
         return Err(DriverError::Other(format!(
             "the model has {} outputs but expected.safetensors holds {}",

@@ -1,6 +1,9 @@
 //! Kernel plans: turns each kernel of the fusion plan into a step of a runtime program.
 
 pub mod expr;
+pub mod program;
+
+pub use program::{build_program, BuildReport};
 
 use fxhlo_ir::ValueRef;
 
