@@ -2,7 +2,8 @@
 
 use clap::{Parser, Subcommand};
 use fxhlo::{
-    check_case, load_case, load_model, name_outputs, run_reference, DriverError, Tolerance,
+    check_case, check_outputs, load_case, load_model, name_outputs, run_reference, DriverError,
+    Tolerance,
 };
 use fxhlo_ir::read::safetensors_io::{read_safetensors, write_safetensors};
 use std::path::{Path, PathBuf};
@@ -16,6 +17,61 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// Flags that choose and observe the pass pipeline (`opt`, `lower`, `compile`).
+#[derive(clap::Args, Clone, Debug, Default)]
+struct PipelineArgs {
+    /// Optimization level (0, 1 or 2; default: 1 for `opt`, 0 for `lower`, 2 for `compile`).
+    #[arg(short = 'O')]
+    level: Option<u8>,
+    /// Run these passes instead of a level's pipeline (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    passes: Option<Vec<String>>,
+    /// Print the IR to standard error after this pass (repeatable).
+    #[arg(long)]
+    print_after: Vec<String>,
+    /// Print the IR to standard error after every pass.
+    #[arg(long)]
+    print_after_all: bool,
+    /// Verify the graph after every pass (always on in debug builds).
+    #[arg(long)]
+    verify_each: bool,
+    /// Print each pass's time to standard error.
+    #[arg(long)]
+    time_passes: bool,
+}
+
+impl PipelineArgs {
+    fn options(&self, default_level: u8) -> fxhlo::CompileOptions {
+        let mut print_after = self.print_after.clone();
+        if self.print_after_all {
+            print_after.push("*".into());
+        }
+        fxhlo::CompileOptions {
+            opt_level: self.level.unwrap_or(default_level),
+            passes: self.passes.clone(),
+            verify_each: self.verify_each,
+            print_after,
+        }
+    }
+}
+
+/// Which runtime executes a model.
+#[derive(clap::Args, Clone, Debug, Default)]
+struct RuntimeArgs {
+    /// Use the reference interpreter instead of the fast runtime.
+    #[arg(long)]
+    reference: bool,
+    /// Worker threads of the fast runtime (default: FXHLO_NUM_THREADS, else every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Refuse to run if the memory plan needs more than this many bytes at peak.
+    #[arg(long)]
+    max_memory: Option<u64>,
+    /// Print the program's steps, fallbacks and memory plan to standard error.
+    #[arg(long)]
+    stats: bool,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Print a model's IR text and an op histogram.
@@ -26,9 +82,9 @@ enum Cmd {
         #[arg(long)]
         histogram_only: bool,
     },
-    /// Run a model in the reference interpreter.
+    /// Run a model (compiled in memory) or a compiled artifact (.fxa) with the fast runtime.
     Run {
-        /// A fxjson file, a testdata folder or a .pt2 archive.
+        /// A fxjson file, a testdata folder, a .pt2 archive or an artifact from `fxhlo compile`.
         model: PathBuf,
         /// Inputs (safetensors), keyed by the user-input names `inspect` prints.
         #[arg(long)]
@@ -36,6 +92,21 @@ enum Cmd {
         /// Where to write the outputs (safetensors, keys output0, output1, ...).
         #[arg(long)]
         out: PathBuf,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    },
+    /// Compile a model into an artifact for the fast runtime.
+    Compile {
+        /// A fxjson file, a testdata folder or a .pt2 archive.
+        model: PathBuf,
+        /// The artifact to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Print the compile time, the steps by kernel kind and every fallback to standard error.
+        #[arg(long)]
+        stats: bool,
     },
     /// Run a testdata folder and compare with its stored eager outputs.
     Check {
@@ -50,29 +121,15 @@ enum Cmd {
         /// Absolute tolerance.
         #[arg(long, requires = "rtol")]
         atol: Option<f64>,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
     },
     /// Optimize a model with a pass pipeline and print the resulting IR.
     Opt {
         /// A fxjson file, a testdata folder or a .pt2 archive.
         model: PathBuf,
-        /// Optimization level (0, 1 or 2).
-        #[arg(short = 'O', default_value_t = 1)]
-        level: u8,
-        /// Run these passes instead of a level's pipeline (comma-separated).
-        #[arg(long, value_delimiter = ',')]
-        passes: Option<Vec<String>>,
-        /// Print the IR to standard error after this pass (repeatable).
-        #[arg(long)]
-        print_after: Vec<String>,
-        /// Print the IR to standard error after every pass.
-        #[arg(long)]
-        print_after_all: bool,
-        /// Verify the graph after every pass (always on in debug builds).
-        #[arg(long)]
-        verify_each: bool,
-        /// Print each pass's time to standard error.
-        #[arg(long)]
-        time_passes: bool,
+        #[command(flatten)]
+        pipeline: PipelineArgs,
         /// Print op counts before and after, the e-graph reports, kernels after fusion and
         /// estimated bytes moved, to standard error.
         #[arg(long)]
@@ -99,6 +156,8 @@ enum Cmd {
         /// Write the stablehlo/chlo ops in MLIR's generic syntax.
         #[arg(long)]
         generic: bool,
+        #[command(flatten)]
+        pipeline: PipelineArgs,
     },
 }
 
@@ -129,6 +188,81 @@ fn write_text(path: &Path, text: &str) -> Result<(), DriverError> {
         .map_err(|e| DriverError::Other(format!("{}: {e}", path.display())))
 }
 
+fn dump_ir(name: &str, g: &fxhlo_ir::Graph) {
+    eprintln!(
+        "// ----- IR after {name} -----\n{}",
+        fxhlo_ir::text::print_graph(g)
+    );
+}
+
+fn print_timings(cx: &fxhlo_passes::Cx) {
+    for (name, t, changed) in &cx.timings {
+        eprintln!(
+            "{:>10.3} ms  {name}{}",
+            t.as_secs_f64() * 1e3,
+            if *changed { "" } else { "  (no change)" }
+        );
+    }
+}
+
+fn exec_options(rt: &RuntimeArgs) -> fxhlo_runtime::fast::ExecOptions {
+    fxhlo_runtime::fast::ExecOptions {
+        threads: rt.threads,
+        max_memory: rt.max_memory,
+    }
+}
+
+fn new_executor(
+    a: fxhlo_runtime::fast::Artifact,
+    rt: &RuntimeArgs,
+) -> Result<fxhlo_runtime::fast::Executor, DriverError> {
+    let ex = fxhlo_runtime::fast::Executor::new(a, &exec_options(rt))?;
+    if rt.stats {
+        eprint!("{}", ex.stats());
+    }
+    Ok(ex)
+}
+
+/// Compiles a model at -O2 for the fast runtime.
+fn compile_for_run(
+    m: &fxhlo_ir::Model,
+    rt: &RuntimeArgs,
+) -> Result<fxhlo_runtime::fast::Executor, DriverError> {
+    let a = fxhlo::compile(m, &fxhlo::CompileOptions::default())?;
+    new_executor(a, rt)
+}
+
+/// Runs a model file or an artifact, with the runtime `rt` asks for.
+fn run_model(
+    path: &Path,
+    inputs: &fxhlo_ir::Weights,
+    rt: &RuntimeArgs,
+) -> Result<Vec<fxhlo_ir::HostTensor>, DriverError> {
+    let is_artifact = std::fs::File::open(path)
+        .and_then(|mut f| {
+            use std::io::Read;
+            let mut magic = [0u8; 8];
+            f.read_exact(&mut magic).map(|_| magic)
+        })
+        .is_ok_and(|m| &m == fxhlo_runtime::fast::artifact::MAGIC);
+    if is_artifact {
+        if rt.reference {
+            return Err(DriverError::Other(
+                "--reference needs a model, not a compiled artifact".into(),
+            ));
+        }
+        let bytes = std::fs::read(path)
+            .map_err(|e| DriverError::Other(format!("{}: {e}", path.display())))?;
+        let a = fxhlo_runtime::fast::Artifact::from_bytes(&bytes)?;
+        return Ok(new_executor(a, rt)?.run(inputs)?);
+    }
+    let m = load_model(path)?;
+    if rt.reference {
+        return run_reference(&m, inputs);
+    }
+    Ok(compile_for_run(&m, rt)?.run(inputs)?)
+}
+
 fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
     match cmd {
         Cmd::Inspect {
@@ -154,11 +288,54 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Run { model, inputs, out } => {
-            let m = load_model(&model)?;
+        Cmd::Run {
+            model,
+            inputs,
+            out,
+            runtime,
+        } => {
             let ins = read_safetensors(&inputs)?;
-            let outs = run_reference(&m, &ins)?;
+            let outs = run_model(&model, &ins, &runtime)?;
             write_safetensors(&out, &name_outputs(outs))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Compile {
+            model,
+            output,
+            pipeline,
+            stats,
+        } => {
+            let m = load_model(&model)?;
+            let c = fxhlo::compile_with(&m, &pipeline.options(2), &mut dump_ir)?;
+            if pipeline.time_passes {
+                print_timings(&c.cx);
+            }
+            let bytes = c.artifact.to_bytes()?;
+            fxhlo_ir::read::safetensors_io::write_atomic(&output, &bytes)
+                .map_err(|e| DriverError::Other(format!("{}: {e}", output.display())))?;
+            if stats {
+                let kinds: Vec<String> = c
+                    .report
+                    .by_kind
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect();
+                eprintln!(
+                    "compiled in {:.2} ms: {} fusion kernels -> {} steps ({}); artifact {} bytes",
+                    c.time.as_secs_f64() * 1e3,
+                    c.plan.kernels.len(),
+                    c.artifact.header.program.steps.len(),
+                    kinds.join(", "),
+                    bytes.len()
+                );
+                eprintln!(
+                    "fallbacks to the reference interpreter: {}",
+                    c.report.fallbacks.len()
+                );
+                for (name, why) in &c.report.fallbacks {
+                    eprintln!("  {name}: {why}");
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check {
@@ -166,10 +343,17 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             model,
             rtol,
             atol,
+            runtime,
         } => {
             let case = load_case(&dir, model.as_deref())?;
             let tol = rtol.zip(atol).map(|(rtol, atol)| Tolerance { rtol, atol });
-            let results = check_case(&case, tol)?;
+            let results = if runtime.reference {
+                check_case(&case, tol)?
+            } else {
+                let ex = compile_for_run(&case.model, &runtime)?;
+                let outs = ex.run(&case.inputs)?;
+                check_outputs(&case, &outs, tol)?
+            };
             let mut ok = true;
             println!(
                 "{:<10} {:>12} {:>12} {:>10}  status",
@@ -197,46 +381,19 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
         }
         Cmd::Opt {
             model,
-            level,
-            passes,
-            print_after,
-            print_after_all,
-            verify_each,
-            time_passes,
+            pipeline,
             stats,
             print_fusion,
             output,
         } => {
             let mut m = load_model(&model)?;
-            let mut pm = match passes {
-                Some(names) => {
-                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                    fxhlo_passes::PassManager::from_names(&names).map_err(DriverError::Other)?
-                }
-                None => fxhlo_passes::PassManager::for_level(level),
-            };
-            pm.verify_each |= verify_each;
-            pm.print_after = print_after;
-            if print_after_all {
-                pm.print_after.push("*".into());
-            }
+            let pm = fxhlo::pass_manager(&pipeline.options(1))?;
             let before =
                 m.graph.nodes.len() - m.graph.user_inputs().len() - m.graph.weight_inputs().len();
             let mut cx = fxhlo_passes::Cx::default();
-            pm.run(&mut m.graph, &mut cx, &mut |name, g| {
-                eprintln!(
-                    "// ----- IR after {name} -----\n{}",
-                    fxhlo_ir::text::print_graph(g)
-                );
-            })?;
-            if time_passes {
-                for (name, t, changed) in &cx.timings {
-                    eprintln!(
-                        "{:>10.3} ms  {name}{}",
-                        t.as_secs_f64() * 1e3,
-                        if *changed { "" } else { "  (no change)" }
-                    );
-                }
+            pm.run(&mut m.graph, &mut cx, &mut dump_ir)?;
+            if pipeline.time_passes {
+                print_timings(&cx);
             }
             if stats {
                 let after = m.graph.nodes.len()
@@ -269,8 +426,15 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             output,
             inline_constants,
             generic,
+            pipeline,
         } => {
-            let m = load_model(&model)?;
+            let mut m = load_model(&model)?;
+            let pm = fxhlo::pass_manager(&pipeline.options(0))?;
+            let mut cx = fxhlo_passes::Cx::default();
+            pm.run(&mut m.graph, &mut cx, &mut dump_ir)?;
+            if pipeline.time_passes {
+                print_timings(&cx);
+            }
             let opts = fxhlo_lowering::stablehlo::EmitOptions {
                 inline_constants,
                 generic,

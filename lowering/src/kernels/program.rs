@@ -193,10 +193,7 @@ pub fn subgraph(g: &Graph, k: &FusionKernel) -> Graph {
         let n = &g.nodes[i];
         let id = sub.nodes.len();
         let args = n.args.iter().map(|a| remap(a, &map)).collect();
-        sub.nodes.push(Node {
-            args,
-            ..n.clone()
-        });
+        sub.nodes.push(Node { args, ..n.clone() });
         for r in 0..n.results.len() {
             map.insert(ValueRef::new(i, r), ValueRef::new(id, r));
         }

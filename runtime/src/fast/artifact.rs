@@ -127,11 +127,17 @@ impl Artifact {
             if (v as usize) < n {
                 Ok(())
             } else {
-                Err(err(format!("{what} refers to value {v}, but there are {n}")))
+                Err(err(format!(
+                    "{what} refers to value {v}, but there are {n}"
+                )))
             }
         };
         for v in p.values.iter() {
-            if v.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none() {
+            if v.shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .is_none()
+            {
                 return Err(err(format!("value '{}' has an absurd shape", v.name)));
             }
         }

@@ -287,8 +287,7 @@ impl Executor {
             let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
             self.run_raw(&ins, &mut refs)?;
         }
-        Ok(p
-            .outputs
+        Ok(p.outputs
             .iter()
             .zip(outs)
             .map(|(&v, bytes)| {
@@ -359,8 +358,7 @@ impl Executor {
             .lock()
             .map_err(|_| RuntimeError::Graph("a previous run panicked".into()))?;
         let arena: &mut Vec<Buf> = &mut arena;
-        self.pool
-            .install(|| self.run_steps(inputs, outputs, arena))
+        self.pool.install(|| self.run_steps(inputs, outputs, arena))
     }
 
     fn run_steps(
@@ -387,10 +385,11 @@ impl Executor {
                     shape: s.shape.clone(),
                     bytes: b.to_vec(),
                 };
-                converted[k] = Some(Buf::from_host(&h).map_err(|msg| RuntimeError::InputBytes {
-                    name: s.name.clone(),
-                    msg,
-                })?);
+                converted[k] =
+                    Some(Buf::from_host(&h).map_err(|msg| RuntimeError::InputBytes {
+                        name: s.name.clone(),
+                        msg,
+                    })?);
             }
             input_views.push(view);
         }
