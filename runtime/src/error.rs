@@ -88,8 +88,10 @@ pub enum RuntimeError {
         msg: String,
     },
     /// The memory plan needs more than the limit given.
-    #[error("the memory plan needs {needed} bytes at peak, more than the limit of {limit} bytes")]
+    #[error("the memory plan needs {needed} bytes at peak, more than the limit of {limit} bytes (set it with --max-memory); the largest value is {largest}")]
     Memory {
+        /// The largest value of the program: name, type and bytes.
+        largest: String,
         /// Peak bytes of the plan (intermediates, constants and outputs).
         needed: u64,
         /// The limit.

@@ -140,7 +140,8 @@ pub struct Executor {
 pub struct ExecOptions {
     /// Worker threads; `None`: `FXHLO_NUM_THREADS` if set, else every core.
     pub threads: Option<usize>,
-    /// Refuse programs whose memory plan needs more bytes than this at peak.
+    /// Refuse programs whose memory plan needs more bytes than this at peak (default: the
+    /// machine's physical memory).
     pub max_memory: Option<u64>,
 }
 
@@ -155,6 +156,19 @@ pub fn default_threads() -> usize {
                 .map(|n| n.get())
                 .unwrap_or(1)
         })
+}
+
+/// The default limit on a program's peak memory: the machine's physical memory (from
+/// `/proc/meminfo`), else 16 GiB.
+pub fn default_memory_limit() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kb.checked_mul(1024)
+        })
+        .unwrap_or(16 << 30)
 }
 
 fn step_err(i: usize, s: &Step, msg: impl Into<String>) -> RuntimeError {
@@ -172,13 +186,19 @@ impl Executor {
         artifact.validate()?;
         let p = &artifact.header.program;
         let plan = MemoryPlan::new(p);
-        if let Some(limit) = opts.max_memory {
-            if plan.peak_bytes() > limit {
-                return Err(RuntimeError::Memory {
-                    needed: plan.peak_bytes(),
-                    limit,
-                });
-            }
+        let limit = opts.max_memory.unwrap_or_else(default_memory_limit);
+        if plan.peak_bytes() > limit {
+            let largest = p
+                .values
+                .iter()
+                .max_by_key(|v| v.bytes())
+                .map(|v| format!("'{}' {} ({} bytes)", v.name, v.type_string(), v.bytes()))
+                .unwrap_or_default();
+            return Err(RuntimeError::Memory {
+                largest,
+                needed: plan.peak_bytes(),
+                limit,
+            });
         }
         let mut consts: Vec<Option<Buf>> = vec![None; p.values.len()];
         for (v, name) in &p.constants {
