@@ -1,0 +1,212 @@
+//! The fast runtime end to end: every testdata model compiled to an artifact, written, read
+//! back and run, matches eager at the reference interpreter's tolerance; runs are bitwise
+//! identical across thread counts; corrupted artifacts and memory limits give clear errors.
+
+use fxhlo::{check_outputs, compile, load_case, CompileOptions};
+use fxhlo_runtime::fast::{Artifact, ExecOptions, Executor};
+use fxhlo_runtime::RuntimeError;
+mod common;
+
+use common::testdata;
+
+fn executor(a: Artifact, threads: usize) -> Executor {
+    Executor::new(
+        a,
+        &ExecOptions {
+            threads: Some(threads),
+            max_memory: None,
+        },
+    )
+    .expect("executor")
+}
+
+#[test]
+fn models_match_eager_through_artifacts() {
+    let mut failures = vec![];
+    let mut checked = 0;
+    for dir in testdata() {
+        for file in ["graph.json", "model.pt2"] {
+            let path = dir.join(file);
+            if !path.exists() {
+                continue;
+            }
+            let case = load_case(&dir, Some(&path)).unwrap();
+            for level in [0, 2] {
+                let opts = CompileOptions {
+                    opt_level: level,
+                    ..Default::default()
+                };
+                let a = compile(&case.model, &opts)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let bytes = a.to_bytes().unwrap();
+                let back = Artifact::from_bytes(&bytes).unwrap();
+                assert_eq!(back, a, "{}: artifact round trip", path.display());
+                let outs = executor(back, 2)
+                    .run(&case.inputs)
+                    .unwrap_or_else(|e| panic!("{} -O{level}: {e}", path.display()));
+                checked += 1;
+                for c in check_outputs(&case, &outs, None).unwrap() {
+                    if !c.ok() {
+                        failures.push(format!(
+                            "{} -O{level}: {} max_abs {:.3e} bad {}/{} {}",
+                            path.display(),
+                            c.name,
+                            c.max_abs,
+                            c.bad,
+                            c.numel,
+                            c.mismatch.unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} runs");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    for dir in testdata() {
+        let case = load_case(&dir, None).unwrap();
+        let a = compile(&case.model, &CompileOptions::default()).unwrap();
+        let one = executor(a.clone(), 1).run(&case.inputs).unwrap();
+        let two = executor(a.clone(), 2).run(&case.inputs).unwrap();
+        let four = executor(a, 4).run(&case.inputs).unwrap();
+        assert_eq!(one, two, "{}: 1 vs 2 threads", dir.display());
+        assert_eq!(one, four, "{}: 1 vs 4 threads", dir.display());
+    }
+}
+
+#[test]
+fn repeated_runs_reuse_the_arena_and_agree() {
+    let dir = testdata()
+        .into_iter()
+        .find(|d| d.ends_with("gpt2"))
+        .unwrap();
+    let case = load_case(&dir, None).unwrap();
+    let ex = executor(compile(&case.model, &CompileOptions::default()).unwrap(), 2);
+    let first = ex.run(&case.inputs).unwrap();
+    for _ in 0..3 {
+        assert_eq!(ex.run(&case.inputs).unwrap(), first);
+    }
+    let m = ex.memory_plan();
+    assert!(
+        m.arena_bytes < m.intermediate_bytes,
+        "the arena ({}) should reuse buffers: intermediates {}",
+        m.arena_bytes,
+        m.intermediate_bytes
+    );
+    let stats = ex.stats();
+    assert!(stats.contains("memory: peak"), "{stats}");
+}
+
+#[test]
+fn raw_runs_write_outputs_in_place_and_through_unaligned_buffers() {
+    let dir = testdata().into_iter().find(|d| d.ends_with("mlp")).unwrap();
+    let case = load_case(&dir, None).unwrap();
+    let a = compile(&case.model, &CompileOptions::default()).unwrap();
+    let ex = executor(a, 2);
+    let want = ex.run(&case.inputs).unwrap();
+    let spec = ex.artifact().inputs()[0].clone();
+    let input = &case.inputs[&spec.name];
+    let n = want[0].bytes.len();
+    // One buffer aligned for f32, one deliberately not.
+    let mut aligned = vec![0f32; n / 4];
+    let mut unaligned = vec![0u8; n + 1];
+    ex.run_raw(&[&input.bytes], &mut [bytemuck_bytes(&mut aligned)])
+        .unwrap();
+    ex.run_raw(&[&input.bytes], &mut [&mut unaligned[1..]])
+        .unwrap();
+    assert_eq!(bytemuck_bytes(&mut aligned).to_vec(), want[0].bytes);
+    assert_eq!(unaligned[1..].to_vec(), want[0].bytes);
+    // Wrong sizes are errors.
+    let err = ex.run_raw(&[&input.bytes[1..]], &mut [&mut unaligned[1..]]);
+    assert!(
+        matches!(err, Err(RuntimeError::InputBytes { .. })),
+        "{err:?}"
+    );
+}
+
+fn bytemuck_bytes(v: &mut [f32]) -> &mut [u8] {
+    let len = std::mem::size_of_val(v);
+    // SAFETY: f32 has no padding and every byte pattern is a valid u8.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
+}
+
+fn artifact_bytes() -> Vec<u8> {
+    let dir = testdata().into_iter().find(|d| d.ends_with("cnn")).unwrap();
+    let case = load_case(&dir, None).unwrap();
+    compile(&case.model, &CompileOptions::default())
+        .unwrap()
+        .to_bytes()
+        .unwrap()
+}
+
+fn load_err(b: &[u8]) -> String {
+    match Artifact::from_bytes(b) {
+        Ok(_) => panic!("a damaged artifact loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn damaged_artifacts_are_refused_with_a_reason() {
+    let good = artifact_bytes();
+    assert!(Artifact::from_bytes(&good).is_ok());
+    assert!(load_err(b"{\"format\": 1}").contains("not an fxhlo artifact"));
+    let mut v = good.clone();
+    v[8..12].copy_from_slice(&7u32.to_le_bytes());
+    let e = load_err(&v);
+    assert!(e.contains("format version 7"), "{e}");
+    let mut v = good.clone();
+    let mid = v.len() / 2;
+    v[mid] ^= 0x40;
+    let e = load_err(&v);
+    assert!(e.contains("checksum"), "{e}");
+    let e = load_err(&good[..good.len() - 3]);
+    assert!(e.contains("truncated") || e.contains("checksum"), "{e}");
+    let mut v = good.clone();
+    v.extend_from_slice(b"junk");
+    assert!(load_err(&v).contains("unexpected bytes"));
+    // Every truncation point is an error, never a panic.
+    for cut in (0..good.len()).step_by(97) {
+        assert!(Artifact::from_bytes(&good[..cut]).is_err());
+    }
+}
+
+#[test]
+fn a_consistent_checksum_does_not_hide_an_inconsistent_program() {
+    // Re-sign a header whose program reads a value that no step computes.
+    let dir = testdata().into_iter().find(|d| d.ends_with("mlp")).unwrap();
+    let case = load_case(&dir, None).unwrap();
+    let mut a = compile(&case.model, &CompileOptions::default()).unwrap();
+    let last = a.header.program.values.len() as u32;
+    a.header.program.outputs.push(last + 5);
+    let bytes = a.to_bytes().unwrap();
+    let e = load_err(&bytes);
+    assert!(e.contains("refers to value"), "{e}");
+}
+
+#[test]
+fn the_memory_limit_is_enforced_before_running() {
+    let dir = testdata()
+        .into_iter()
+        .find(|d| d.ends_with("gpt2"))
+        .unwrap();
+    let case = load_case(&dir, None).unwrap();
+    let a = compile(&case.model, &CompileOptions::default()).unwrap();
+    let e = Executor::new(
+        a,
+        &ExecOptions {
+            threads: Some(1),
+            max_memory: Some(1000),
+        },
+    )
+    .err()
+    .expect("over the limit");
+    assert!(
+        e.to_string().contains("more than the limit of 1000 bytes"),
+        "{e}"
+    );
+}
