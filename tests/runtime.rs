@@ -129,9 +129,7 @@ fn raw_runs_write_outputs_in_place_and_through_unaligned_buffers() {
 }
 
 fn bytemuck_bytes(v: &mut [f32]) -> &mut [u8] {
-    let len = std::mem::size_of_val(v);
-    // SAFETY: f32 has no padding and every byte pattern is a valid u8.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
+    bytemuck::cast_slice_mut(v)
 }
 
 fn artifact_bytes() -> Vec<u8> {

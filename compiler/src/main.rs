@@ -141,6 +141,24 @@ enum Cmd {
         #[arg(short, long, default_value = "-")]
         output: PathBuf,
     },
+    /// Compile a model and time repeated runs of the fast runtime (prints JSON).
+    Bench {
+        /// A testdata folder, fxjson file, .pt2 archive or artifact.
+        model: PathBuf,
+        /// Inputs (default: inputs.safetensors in the model's folder).
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Timed runs.
+        #[arg(long, default_value_t = 20)]
+        iters: usize,
+        /// Untimed runs first.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    },
     /// Print the op coverage table (docs/ops.md) generated from the op table.
     Ops,
     /// Lower a model to a StableHLO module (MLIR text).
@@ -261,6 +279,78 @@ fn run_model(
         return run_reference(&m, inputs);
     }
     Ok(compile_for_run(&m, rt)?.run(inputs)?)
+}
+
+/// `fxhlo bench`: compile time, then the median and minimum of timed runs, as one JSON line.
+fn bench(
+    model: &Path,
+    inputs: Option<PathBuf>,
+    iters: usize,
+    warmup: usize,
+    pipeline: &PipelineArgs,
+    rt: &RuntimeArgs,
+) -> Result<(), DriverError> {
+    let dir = if model.is_dir() {
+        model.to_path_buf()
+    } else {
+        model.parent().unwrap_or(Path::new(".")).to_path_buf()
+    };
+    let ins = read_safetensors(&inputs.unwrap_or_else(|| dir.join("inputs.safetensors")))?;
+    let t0 = std::time::Instant::now();
+    let m = load_model(model)?;
+    let read_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let c = fxhlo::compile_with(&m, &pipeline.options(2), &mut dump_ir)?;
+    let compile_ms = c.time.as_secs_f64() * 1e3;
+    let steps = c.artifact.header.program.steps.len();
+    let fallbacks = c.report.fallbacks.len();
+    let ex = new_executor(c.artifact, rt)?;
+    let a = ex.artifact();
+    let mut in_bytes: Vec<&[u8]> = vec![];
+    for s in a.inputs() {
+        let t = ins
+            .get(&s.name)
+            .ok_or_else(|| DriverError::Other(format!("no input '{}' in the inputs", s.name)))?;
+        in_bytes.push(&t.bytes);
+    }
+    // Outputs in f64-aligned buffers so they are written in place.
+    let mut outs: Vec<Vec<u64>> = a
+        .outputs()
+        .iter()
+        .map(|s| vec![0u64; s.bytes().div_ceil(8)])
+        .collect();
+    let sizes: Vec<usize> = a.outputs().iter().map(|s| s.bytes()).collect();
+    let mut times = vec![];
+    for i in 0..warmup + iters.max(1) {
+        let mut refs: Vec<&mut [u8]> = outs
+            .iter_mut()
+            .zip(&sizes)
+            .map(|(o, &n)| &mut bytes_of(o)[..n])
+            .collect();
+        let t = std::time::Instant::now();
+        ex.run_raw(&in_bytes, &mut refs)?;
+        if i >= warmup {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let json = serde_json::json!({
+        "model": model.display().to_string(),
+        "read_ms": read_ms,
+        "compile_ms": compile_ms,
+        "run_ms_median": times[times.len() / 2],
+        "run_ms_min": times[0],
+        "iters": times.len(),
+        "threads": ex.threads(),
+        "steps": steps,
+        "fallbacks": fallbacks,
+        "peak_bytes": ex.memory_plan().peak_bytes(),
+    });
+    println!("{json}");
+    Ok(())
+}
+
+fn bytes_of(v: &mut [u64]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(v)
 }
 
 fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
@@ -415,6 +505,17 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 eprintln!("{}", fxhlo_passes::fusion::plan(&m.graph));
             }
             write_text(&output, &fxhlo_ir::text::print_graph(&m.graph))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench {
+            model,
+            inputs,
+            iters,
+            warmup,
+            pipeline,
+            runtime,
+        } => {
+            bench(&model, inputs, iters, warmup, &pipeline, &runtime)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Ops => {
