@@ -208,3 +208,88 @@ fn the_memory_limit_is_enforced_before_running() {
         "{e}"
     );
 }
+
+fn fxhlo(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fxhlo"))
+        .args(args)
+        .output()
+        .expect("run fxhlo")
+}
+
+#[test]
+fn cli_compiles_an_artifact_and_runs_it_like_the_interpreter() {
+    let dir = testdata().into_iter().find(|d| d.ends_with("cnn")).unwrap();
+    let tmp = std::env::temp_dir().join(format!("fxhlo-runtime-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let fxa = tmp.join("cnn.fxa");
+    let d = dir.to_str().unwrap();
+    let out = fxhlo(&["compile", d, "-o", fxa.to_str().unwrap(), "--stats"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("compiled in"), "{stderr}");
+    let inputs = dir.join("inputs.safetensors");
+    let fast = tmp.join("fast.safetensors");
+    let reference = tmp.join("ref.safetensors");
+    let out = fxhlo(&[
+        "run",
+        fxa.to_str().unwrap(),
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--out",
+        fast.to_str().unwrap(),
+        "--stats",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("memory: peak"));
+    let out = fxhlo(&[
+        "run",
+        d,
+        "--reference",
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--out",
+        reference.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let case = load_case(&dir, None).unwrap();
+    let fast = fxhlo_ir::read::safetensors_io::read_safetensors(&fast).unwrap();
+    let outs: Vec<_> = fast.into_values().collect();
+    for c in check_outputs(&case, &outs, None).unwrap() {
+        assert!(c.ok(), "{} max_abs {}", c.name, c.max_abs);
+    }
+    // A damaged artifact is one clear error line and exit code 2, and leaves --out alone.
+    let mut bytes = std::fs::read(&fxa).unwrap();
+    let mid = bytes.len() / 3;
+    bytes[mid] ^= 1;
+    let bad = tmp.join("bad.fxa");
+    std::fs::write(&bad, &bytes).unwrap();
+    let before = std::fs::read(&reference).unwrap();
+    let out = fxhlo(&[
+        "run",
+        bad.to_str().unwrap(),
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--out",
+        reference.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: artifact: checksum mismatch"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&reference).unwrap(), before);
+    std::fs::remove_dir_all(&tmp).ok();
+}
