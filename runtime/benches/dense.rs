@@ -1,0 +1,80 @@
+//! Dense kernel throughput in GFLOP/s: `cargo bench -p fxhlo-runtime --bench dense`.
+//!
+//! Plain `Instant`-based timing, best of a few runs, for 1 and 2 threads (or only the count in
+//! `FXHLO_NUM_THREADS`). Peers (torch, numpy) are compared elsewhere.
+
+use fxhlo_runtime::fast::gemm::{matmul, MatmulSpec};
+use std::time::Instant;
+
+fn fill(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7 + seed * 13) % 17) as f32 / 17.0 - 0.5)
+        .collect()
+}
+
+/// Best time of `reps` runs after one warm-up, in seconds.
+fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut best = f64::MAX;
+    for _ in 0..reps {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
+}
+
+fn report(name: &str, threads: usize, flops: f64, secs: f64) {
+    println!(
+        "{name:<40} threads={threads}  {:8.2} ms  {:7.1} GFLOP/s",
+        secs * 1e3,
+        flops / secs / 1e9
+    );
+}
+
+fn bench_matmul(threads: usize, name: &str, spec: &MatmulSpec, reps: usize) {
+    let a = fill(spec.batch * spec.m * spec.k, 1);
+    let b = fill(spec.batch * spec.k * spec.n, 2);
+    let mut c = vec![0f32; spec.batch * spec.m * spec.n];
+    let flops = 2.0 * (spec.batch * spec.m * spec.n * spec.k) as f64;
+    let secs = time(reps, || matmul(spec, &a, &b, None, &mut c, &|_, _, _| {}));
+    report(name, threads, flops, secs);
+}
+
+fn main() {
+    let counts: Vec<usize> = match std::env::var("FXHLO_NUM_THREADS") {
+        Ok(s) => vec![s.parse().expect("FXHLO_NUM_THREADS must be a number")],
+        Err(_) => vec![1, 2],
+    };
+    let quick = std::env::var("FXHLO_BENCH_QUICK").is_ok();
+    for &threads in &counts {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("thread pool");
+        pool.install(|| {
+            for n in [512usize, 1024, 2048, 4096] {
+                if quick && n > 1024 {
+                    continue;
+                }
+                let reps = if n >= 4096 {
+                    2
+                } else if n >= 2048 {
+                    3
+                } else {
+                    10
+                };
+                let spec = MatmulSpec::contiguous(1, n, n, n);
+                bench_matmul(threads, &format!("sgemm {n}^3"), &spec, reps);
+            }
+            // Attention scores: 8 sequences x 8 heads, [256, 64] @ [64, 256].
+            let spec = MatmulSpec::contiguous(64, 256, 256, 64);
+            bench_matmul(threads, "bmm 64 x (256x64 @ 64x256)", &spec, 10);
+            // ... and the same with K transposed ([256, 64] read as [64, 256]).
+            let mut spec_t = spec.clone();
+            spec_t.b.row_stride = 1;
+            spec_t.b.col_stride = 64;
+            bench_matmul(threads, "bmm 64 x (256x64 @ (256x64)^T)", &spec_t, 10);
+        });
+    }
+}
