@@ -137,6 +137,10 @@ enum Cmd {
         /// Print the fusion plan of the optimized graph to standard error.
         #[arg(long)]
         print_fusion: bool,
+        /// Print the composite patterns (softmax, layer norm, GELU, SiLU, attention) of the
+        /// optimized graph to standard error, one line each: kind, output, nodes, inputs.
+        #[arg(long)]
+        print_composites: bool,
         /// Output file for the IR text (`-` for standard output).
         #[arg(short, long, default_value = "-")]
         output: PathBuf,
@@ -474,6 +478,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             pipeline,
             stats,
             print_fusion,
+            print_composites,
             output,
         } => {
             let mut m = load_model(&model)?;
@@ -503,6 +508,10 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             }
             if print_fusion {
                 eprintln!("{}", fxhlo_passes::fusion::plan(&m.graph));
+            }
+            if print_composites {
+                let found = fxhlo_passes::composite::find(&m.graph);
+                eprint!("{}", fxhlo_passes::composite::print(&m.graph, &found));
             }
             write_text(&output, &fxhlo_ir::text::print_graph(&m.graph))?;
             Ok(ExitCode::SUCCESS)

@@ -1,9 +1,11 @@
 //! Passes over the fxhlo IR: the [`Pass`] trait, the [`PassManager`] with named pipelines,
 //! the classic cleanup passes (dead code, common subexpressions, canonicalization), the
-//! e-graph optimizer ([`egraph`]) and fusion planning ([`fusion`]).
+//! e-graph optimizer ([`egraph`]), composite-pattern recognition ([`composite`]) and fusion
+//! planning ([`fusion`]).
 #![warn(missing_docs)]
 
 pub mod canonicalize;
+pub mod composite;
 pub mod cse;
 pub mod dce;
 pub mod egraph;
@@ -23,6 +25,9 @@ pub struct Cx {
     pub timings: Vec<(&'static str, Duration, Changed)>,
     /// The report of every `egraph` pass run, in order.
     pub egraph: Vec<egraph::EgraphReport>,
+    /// Composite patterns (softmax, layer norm, GELU, SiLU, attention) of the graph, as found
+    /// by the last `composites` pass run; empty if none ran.
+    pub composites: Vec<composite::Composite>,
 }
 
 /// A transformation of a graph.
@@ -40,12 +45,13 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
         "cse" => Box::new(cse::Cse),
         "canonicalize" => Box::new(canonicalize::Canonicalize),
         "egraph" => Box::new(egraph::Egraph::default()),
+        "composites" => Box::new(composite::CompositePass),
         _ => return None,
     })
 }
 
 /// Names of every pass, for help texts.
-pub const PASS_NAMES: &[&str] = &["canonicalize", "cse", "dce", "egraph"];
+pub const PASS_NAMES: &[&str] = &["canonicalize", "composites", "cse", "dce", "egraph"];
 
 /// Runs a sequence of passes, optionally verifying and printing after each.
 pub struct PassManager {
@@ -58,7 +64,8 @@ pub struct PassManager {
 
 impl PassManager {
     /// The pipeline of an optimization level: `0` runs nothing, `1` cleans up
-    /// (canonicalize, cse, dce), `2` cleans up, runs the e-graph optimizer and cleans up again.
+    /// (canonicalize, cse, dce), `2` cleans up, runs the e-graph optimizer, cleans up again and
+    /// records the composite patterns of the result (`composites`, an analysis).
     pub fn for_level(level: u8) -> PassManager {
         PassManager::from_names(Self::level_names(level)).expect("built-in pipeline names exist")
     }
@@ -75,6 +82,7 @@ impl PassManager {
                 "canonicalize",
                 "cse",
                 "dce",
+                "composites",
             ],
         }
     }
