@@ -3,6 +3,7 @@
 //! Plain `Instant`-based timing, best of a few runs, for 1 and 2 threads (or only the count in
 //! `FXHLO_NUM_THREADS`). Peers (torch, numpy) are compared elsewhere.
 
+use fxhlo_runtime::fast::conv::{conv2d, ConvSpec};
 use fxhlo_runtime::fast::gemm::{matmul, MatmulSpec};
 use std::time::Instant;
 
@@ -41,6 +42,17 @@ fn bench_matmul(threads: usize, name: &str, spec: &MatmulSpec, reps: usize) {
     report(name, threads, flops, secs);
 }
 
+fn bench_conv(threads: usize, name: &str, spec: &ConvSpec, reps: usize) {
+    let x = fill(spec.input_len(), 1);
+    let w = fill(spec.weight_len(), 2);
+    let bias = fill(spec.cout, 3);
+    let mut out = vec![0f32; spec.output_len()];
+    let secs = time(reps, || {
+        conv2d(spec, &x, &w, Some(&bias), &mut out, &|_, _| {})
+    });
+    report(name, threads, spec.flops() as f64, secs);
+}
+
 fn main() {
     let counts: Vec<usize> = match std::env::var("FXHLO_NUM_THREADS") {
         Ok(s) => vec![s.parse().expect("FXHLO_NUM_THREADS must be a number")],
@@ -75,6 +87,24 @@ fn main() {
             spec_t.b.row_stride = 1;
             spec_t.b.col_stride = 64;
             bench_matmul(threads, "bmm 64 x (256x64 @ (256x64)^T)", &spec_t, 10);
+            for (name, n, cin, hw, cout, k, s, p, groups) in [
+                ("conv3x3 8x64x56x56 -> 64", 8, 64, 56, 64, 3, 1, 1, 1),
+                ("conv3x3 s2 8x128x56x56 -> 128", 8, 128, 56, 128, 3, 2, 1, 1),
+                ("conv1x1 8x256x56x56 -> 64", 8, 256, 56, 64, 1, 1, 0, 1),
+                ("conv7x7 s2 8x3x224x224 -> 64", 8, 3, 224, 64, 7, 2, 3, 1),
+                ("depthwise3x3 8x256x56x56", 8, 256, 56, 256, 3, 1, 1, 256),
+            ] {
+                let spec = ConvSpec::new(
+                    [n, cin, hw, hw],
+                    [cout, cin / groups, k, k],
+                    [s, s],
+                    [p, p],
+                    [1, 1],
+                    groups,
+                )
+                .expect("conv geometry");
+                bench_conv(threads, name, &spec, if quick { 1 } else { 3 });
+            }
         });
     }
 }

@@ -5,7 +5,10 @@
 mod common;
 
 use common::*;
+use fxhlo_runtime::fast::conv::{conv2d, ConvSpec};
+use fxhlo_runtime::fast::gather::{gather, GatherSpec};
 use fxhlo_runtime::fast::gemm::{matmul, MatmulSpec, Operand};
+use fxhlo_runtime::fast::pool::{pool2d, PoolKind, PoolSpec};
 use std::sync::Mutex;
 
 /// Deterministic values in [-1, 1).
@@ -381,4 +384,517 @@ fn matmul_bitwise_same_on_1_and_2_threads() {
             "{spec:?}: results differ between 1 and 2 threads"
         );
     }
+}
+
+// ---------------------------------------------------------------- convolution
+
+/// Runs `spec` and the interpreter's `aten.convolution` on the same random data.
+fn check_conv(spec: &ConvSpec, with_bias: bool, what: &str) {
+    let x = rnd(spec.input_len(), 11);
+    let w = rnd(spec.weight_len(), 12);
+    let b = rnd(spec.cout, 13);
+    let cin_g = spec.cin / spec.groups;
+    let xs = [spec.n, spec.cin, spec.h, spec.w];
+    let ws = [spec.cout, cin_g, spec.kh, spec.kw];
+    let i = |v: [usize; 2]| ints(&[v[0] as i64, v[1] as i64]);
+    let want = call1(
+        "aten.convolution.default",
+        vec![
+            ("input", f32t(&xs, &f64s(&x)).into()),
+            ("weight", f32t(&ws, &f64s(&w)).into()),
+            (
+                "bias",
+                if with_bias {
+                    f32t(&[spec.cout], &f64s(&b)).into()
+                } else {
+                    none()
+                },
+            ),
+            ("stride", i(spec.stride)),
+            ("padding", i(spec.padding)),
+            ("dilation", i(spec.dilation)),
+            ("transposed", bool_(false)),
+            ("output_padding", ints(&[0, 0])),
+            ("groups", int(spec.groups as i64)),
+        ],
+    );
+    assert_eq!(
+        want.shape,
+        [spec.n, spec.cout, spec.oh, spec.ow],
+        "{what}: shape"
+    );
+    let mut out = vec![f32::NAN; spec.output_len()];
+    let seen = Mutex::new(vec![0u32; spec.n]);
+    let img = spec.cout * spec.oh * spec.ow;
+    let wv = want.f64s();
+    conv2d(
+        spec,
+        &x,
+        &w,
+        with_bias.then_some(&b[..]),
+        &mut out,
+        &|n, o| {
+            assert_eq!(o.len(), img);
+            seen.lock().unwrap()[n] += 1;
+            assert_close(o, &wv[n * img..(n + 1) * img], 1e-4, what);
+            for v in o.iter_mut() {
+                *v = -*v;
+            }
+        },
+    );
+    assert!(
+        seen.into_inner().unwrap().iter().all(|&c| c == 1),
+        "{what}: epilogue images"
+    );
+    let neg: Vec<f64> = wv.iter().map(|v| -v).collect();
+    assert_close(&out, &neg, 1e-4, what);
+}
+
+fn conv(
+    x: [usize; 4],
+    cout: usize,
+    k: [usize; 2],
+    s: usize,
+    p: usize,
+    d: usize,
+    g: usize,
+) -> ConvSpec {
+    ConvSpec::new(x, [cout, x[1] / g, k[0], k[1]], [s, s], [p, p], [d, d], g).unwrap()
+}
+
+#[test]
+fn conv_resnet_shapes() {
+    check_conv(
+        &conv([2, 3, 29, 31], 8, [7, 7], 2, 3, 1, 1),
+        true,
+        "7x7 s2 stem",
+    );
+    check_conv(
+        &conv([2, 16, 14, 14], 16, [3, 3], 1, 1, 1, 1),
+        true,
+        "3x3 s1",
+    );
+    check_conv(
+        &conv([2, 16, 15, 15], 32, [3, 3], 2, 1, 1, 1),
+        false,
+        "3x3 s2",
+    );
+    check_conv(
+        &conv([2, 32, 9, 9], 16, [1, 1], 1, 0, 1, 1),
+        true,
+        "1x1 pointwise",
+    );
+    check_conv(
+        &conv([2, 32, 9, 9], 16, [1, 1], 2, 0, 1, 1),
+        true,
+        "1x1 s2 downsample",
+    );
+    // More output positions than one column tile.
+    check_conv(
+        &conv([1, 8, 70, 75], 5, [3, 3], 1, 1, 1, 1),
+        true,
+        "many tiles",
+    );
+}
+
+#[test]
+fn conv_odd_geometry() {
+    for (x, cout, k, s, p, d, g) in [
+        ([1, 1, 1, 1], 1, [1, 1], 1, 0, 1, 1),
+        ([1, 7, 7, 7], 3, [3, 3], 1, 0, 1, 1),
+        ([3, 5, 13, 6], 7, [2, 3], 1, 1, 1, 1),
+        ([1, 4, 17, 19], 6, [3, 3], 3, 1, 2, 2),
+        ([2, 6, 12, 12], 9, [3, 3], 1, 2, 2, 3),
+        ([1, 3, 10, 9], 2, [5, 5], 2, 2, 1, 1),
+        ([1, 129, 5, 5], 7, [3, 3], 1, 1, 1, 1),
+        ([1, 2, 3, 40], 4, [1, 7], 1, 3, 1, 1),
+    ] {
+        check_conv(
+            &conv(x, cout, k, s, p, d, g),
+            true,
+            &format!("{x:?} k{k:?} s{s} p{p} d{d} g{g}"),
+        );
+    }
+    // Asymmetric stride/padding/dilation.
+    let s = ConvSpec::new([1, 4, 11, 13], [6, 4, 3, 2], [2, 1], [1, 0], [1, 2], 1).unwrap();
+    check_conv(&s, true, "asymmetric");
+}
+
+#[test]
+fn conv_depthwise() {
+    check_conv(
+        &conv([2, 8, 14, 14], 8, [3, 3], 1, 1, 1, 8),
+        true,
+        "depthwise 3x3",
+    );
+    check_conv(
+        &conv([2, 8, 15, 15], 8, [3, 3], 2, 1, 1, 8),
+        true,
+        "depthwise 3x3 s2",
+    );
+    check_conv(
+        &conv([1, 4, 9, 9], 4, [5, 5], 1, 4, 2, 4),
+        false,
+        "depthwise 5x5 d2",
+    );
+    check_conv(
+        &conv([1, 4, 9, 9], 12, [3, 3], 1, 1, 1, 4),
+        true,
+        "depthwise multiplier 3",
+    );
+    check_conv(
+        &conv([1, 1, 6, 5], 3, [3, 3], 1, 1, 1, 1),
+        true,
+        "one input channel",
+    );
+}
+
+#[test]
+fn conv_validate_errors() {
+    assert!(ConvSpec::new([1, 4, 5, 5], [4, 3, 3, 3], [1, 1], [0, 0], [1, 1], 1).is_err());
+    assert!(ConvSpec::new([1, 4, 2, 2], [4, 4, 3, 3], [1, 1], [0, 0], [1, 1], 1).is_err());
+    assert!(ConvSpec::new([1, 4, 5, 5], [4, 4, 3, 3], [0, 1], [0, 0], [1, 1], 1).is_err());
+    assert!(ConvSpec::new([1, 4, 5, 5], [3, 2, 3, 3], [1, 1], [0, 0], [1, 1], 2).is_err());
+    let s = conv([2, 4, 5, 5], 6, [3, 3], 1, 1, 1, 2);
+    let (x, w, o) = (s.input_len(), s.weight_len(), s.output_len());
+    assert!(s.validate(x, w, Some(6), o).is_ok());
+    assert!(s.validate(x - 1, w, None, o).is_err());
+    assert!(s.validate(x, w + 1, None, o).is_err());
+    assert!(s.validate(x, w, Some(5), o).is_err());
+    assert!(s.validate(x, w, None, o + 1).is_err());
+    // A corrupted output size would read outside the padded input.
+    let mut bad = s.clone();
+    bad.oh += 1;
+    assert!(bad.validate(x, w, None, bad.output_len()).is_err());
+    let mut bad = s.clone();
+    bad.groups = 0;
+    assert!(bad.validate(x, w, None, o).is_err());
+    let mut bad = s.clone();
+    bad.n = usize::MAX / 2;
+    assert!(bad.validate(x, w, None, o).is_err());
+}
+
+#[test]
+fn conv_bitwise_same_on_1_and_2_threads() {
+    for spec in [
+        conv([3, 16, 20, 20], 24, [3, 3], 1, 1, 1, 1),
+        conv([1, 32, 40, 40], 16, [3, 3], 2, 1, 1, 1),
+        conv([2, 8, 30, 30], 8, [3, 3], 1, 1, 1, 8),
+        conv([1, 64, 16, 16], 32, [1, 1], 1, 0, 1, 1),
+    ] {
+        let x = rnd(spec.input_len(), 1);
+        let w = rnd(spec.weight_len(), 2);
+        let b = rnd(spec.cout, 3);
+        let run = |threads: usize| {
+            let mut o = vec![0.0f32; spec.output_len()];
+            pool(threads).install(|| conv2d(&spec, &x, &w, Some(&b), &mut o, &|_, _| {}));
+            o
+        };
+        let (a, c) = (run(1), run(2));
+        assert!(
+            a.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{spec:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- pooling
+
+fn check_pool(spec: &PoolSpec, x: &[f32], args: Vec<(&str, A)>, target: &str, what: &str) {
+    let shape = [spec.planes, spec.h, spec.w];
+    let mut all = vec![("self", f32t(&shape, &f64s(x)).into())];
+    all.extend(args);
+    let want = call(target, all).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(
+        want[0].shape,
+        [spec.planes, spec.oh, spec.ow],
+        "{what}: shape"
+    );
+    let mut out = vec![f32::NAN; spec.output_len()];
+    if spec.kind == PoolKind::Max {
+        let mut idx = vec![-7i64; spec.output_len()];
+        pool2d(spec, x, &mut out, Some(&mut idx));
+        assert_eq!(idx, want[1].i64s(), "{what}: indices");
+        let mut out2 = vec![0.0; spec.output_len()];
+        pool2d(spec, x, &mut out2, None);
+        assert!(out
+            .iter()
+            .zip(&out2)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+    } else {
+        pool2d(spec, x, &mut out, None);
+    }
+    assert_close(&out, &want[0].f64s(), 1e-5, what);
+}
+
+fn i2(v: [usize; 2]) -> A {
+    ints(&[v[0] as i64, v[1] as i64])
+}
+
+#[test]
+fn max_pool_matches_interpreter() {
+    for (hw, k, s, p, d, ceil) in [
+        ([112, 112], [3, 3], [2, 2], [1, 1], [1, 1], false),
+        ([7, 9], [2, 2], [2, 2], [0, 0], [1, 1], true),
+        ([7, 9], [3, 2], [2, 1], [1, 1], [1, 1], true),
+        ([11, 10], [3, 3], [2, 3], [1, 0], [2, 3], false),
+        ([1, 1], [1, 1], [1, 1], [0, 0], [1, 1], false),
+        ([5, 5], [5, 5], [1, 1], [2, 2], [1, 1], false),
+    ] {
+        let spec = PoolSpec::new(PoolKind::Max, 6, hw, k, s, p, d, ceil).unwrap();
+        let mut x = rnd(spec.input_len(), 5);
+        // Ties, infinities and NaNs: first maximum wins, NaN wins.
+        for (j, v) in x.iter_mut().enumerate() {
+            match j % 17 {
+                3 => *v = 0.5,
+                5 => *v = 0.5,
+                11 if j % 3 == 0 => *v = f32::NAN,
+                13 => *v = f32::NEG_INFINITY,
+                _ => {}
+            }
+        }
+        let args = vec![
+            ("kernel_size", i2(k)),
+            ("stride", i2(s)),
+            ("padding", i2(p)),
+            ("dilation", i2(d)),
+            ("ceil_mode", bool_(ceil)),
+        ];
+        let what = format!("max {hw:?} k{k:?} s{s:?} p{p:?} d{d:?} ceil={ceil}");
+        check_pool(
+            &spec,
+            &x,
+            args,
+            "aten.max_pool2d_with_indices.default",
+            &what,
+        );
+    }
+}
+
+#[test]
+fn avg_pool_matches_interpreter() {
+    for (hw, k, s, p, ceil) in [
+        ([8, 8], [2, 2], [2, 2], [0, 0], false),
+        ([7, 9], [3, 3], [2, 2], [1, 1], true),
+        ([7, 9], [3, 2], [2, 1], [1, 1], false),
+        ([6, 5], [2, 3], [3, 2], [1, 1], true),
+        ([1, 1], [1, 1], [1, 1], [0, 0], true),
+    ] {
+        for cip in [true, false] {
+            for dov in [None, Some(3i64)] {
+                let kind = PoolKind::Avg {
+                    count_include_pad: cip,
+                    divisor_override: dov,
+                };
+                let spec = PoolSpec::new(kind, 5, hw, k, s, p, [1, 1], ceil).unwrap();
+                let x = rnd(spec.input_len(), 6);
+                let args = vec![
+                    ("kernel_size", i2(k)),
+                    ("stride", i2(s)),
+                    ("padding", i2(p)),
+                    ("ceil_mode", bool_(ceil)),
+                    ("count_include_pad", bool_(cip)),
+                    ("divisor_override", dov.map_or_else(none, int)),
+                ];
+                let what =
+                    format!("avg {hw:?} k{k:?} s{s:?} p{p:?} ceil={ceil} cip={cip} dov={dov:?}");
+                check_pool(&spec, &x, args, "aten.avg_pool2d.default", &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn adaptive_avg_pool_matches_interpreter() {
+    for (hw, o) in [
+        ([7, 7], [1, 1]),
+        ([10, 7], [3, 4]),
+        ([5, 5], [7, 6]),
+        ([1, 9], [1, 2]),
+    ] {
+        let spec = PoolSpec::adaptive(4, hw, o).unwrap();
+        let x = rnd(spec.input_len(), 7);
+        let args = vec![("output_size", i2(o))];
+        check_pool(
+            &spec,
+            &x,
+            args,
+            "aten._adaptive_avg_pool2d.default",
+            &format!("adaptive {hw:?} -> {o:?}"),
+        );
+    }
+}
+
+#[test]
+fn pool_validate_errors() {
+    assert!(PoolSpec::new(
+        PoolKind::Max,
+        1,
+        [4, 4],
+        [0, 2],
+        [1, 1],
+        [0, 0],
+        [1, 1],
+        false
+    )
+    .is_err());
+    assert!(PoolSpec::new(
+        PoolKind::Max,
+        1,
+        [4, 4],
+        [2, 2],
+        [1, 1],
+        [2, 0],
+        [1, 1],
+        false
+    )
+    .is_err());
+    assert!(PoolSpec::new(
+        PoolKind::Max,
+        1,
+        [2, 2],
+        [5, 5],
+        [1, 1],
+        [0, 0],
+        [1, 1],
+        false
+    )
+    .is_err());
+    let kind = PoolKind::Avg {
+        count_include_pad: true,
+        divisor_override: Some(0),
+    };
+    assert!(PoolSpec::new(kind, 1, [4, 4], [2, 2], [2, 2], [0, 0], [1, 1], false).is_err());
+    assert!(PoolSpec::adaptive(1, [0, 4], [2, 2]).is_err());
+    let s = PoolSpec::new(
+        PoolKind::Max,
+        3,
+        [6, 6],
+        [2, 2],
+        [2, 2],
+        [0, 0],
+        [1, 1],
+        false,
+    )
+    .unwrap();
+    assert!(s.validate(108, 27, Some(27)).is_ok());
+    assert!(s.validate(107, 27, None).is_err());
+    assert!(s.validate(108, 28, None).is_err());
+    assert!(s.validate(108, 27, Some(26)).is_err());
+    let a = PoolSpec::adaptive(3, [6, 6], [2, 2]).unwrap();
+    assert!(a
+        .validate(108, 12, Some(12))
+        .unwrap_err()
+        .contains("indices"));
+    let mut bad = s.clone();
+    bad.stride = [0, 2];
+    assert!(bad.validate(108, 27, None).is_err());
+}
+
+#[test]
+fn pool_bitwise_same_on_1_and_2_threads() {
+    let kind = PoolKind::Avg {
+        count_include_pad: false,
+        divisor_override: None,
+    };
+    let spec = PoolSpec::new(kind, 64, [56, 56], [3, 3], [2, 2], [1, 1], [1, 1], true).unwrap();
+    let x = rnd(spec.input_len(), 1);
+    let run = |t: usize| {
+        let mut o = vec![0.0f32; spec.output_len()];
+        pool(t).install(|| pool2d(&spec, &x, &mut o, None));
+        o
+    };
+    assert!(run(1)
+        .iter()
+        .zip(&run(2))
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
+// ---------------------------------------------------------------- gathers
+
+#[test]
+fn embedding_matches_interpreter() {
+    let (v, d) = (50, 129);
+    let table = rnd(v * d, 8);
+    let idx: Vec<i64> = (0..37).map(|i| (i * 13 % 50) as i64).collect();
+    let want = call1(
+        "aten.embedding.default",
+        vec![
+            ("weight", f32t(&[v, d], &f64s(&table)).into()),
+            ("indices", i64t(&[37], &idx).into()),
+        ],
+    );
+    let spec = GatherSpec::embedding(v, d, idx.len());
+    let mut out = vec![0.0; spec.output_len()];
+    gather(&spec, &table, &idx, &mut out).unwrap();
+    assert_close(&out, &want.f64s(), 0.0, "embedding");
+    // Many indices (several parallel jobs), bitwise across thread counts.
+    let idx: Vec<i64> = (0..5000).map(|i| (i * 7 % 50) as i64).collect();
+    let spec = GatherSpec::embedding(v, d, idx.len());
+    let run = |t: usize| {
+        let mut o = vec![0.0f32; spec.output_len()];
+        pool(t)
+            .install(|| gather(&spec, &table, &idx, &mut o))
+            .unwrap();
+        o
+    };
+    let o = run(2);
+    assert_eq!(run(1), o);
+    assert_eq!(
+        &o[4999 * d..],
+        &table[(4999 * 7 % 50) * d..(4999 * 7 % 50 + 1) * d]
+    );
+}
+
+#[test]
+fn index_select_matches_interpreter() {
+    let shape = [3usize, 7, 5];
+    let x = rnd(105, 9);
+    let idx = [6i64, 0, 3, 3];
+    for dim in 0..3 {
+        let idx: Vec<i64> = idx.iter().map(|&i| i % shape[dim] as i64).collect();
+        let want = call1(
+            "aten.index_select.default",
+            vec![
+                ("self", f32t(&shape, &f64s(&x)).into()),
+                ("dim", int(dim as i64)),
+                ("index", i64t(&[idx.len()], &idx).into()),
+            ],
+        );
+        let spec = GatherSpec {
+            outer: shape[..dim].iter().product(),
+            rows: shape[dim],
+            inner: shape[dim + 1..].iter().product(),
+            indices: idx.len(),
+        };
+        let mut out = vec![0.0; spec.output_len()];
+        gather(&spec, &x, &idx, &mut out).unwrap();
+        assert_close(&out, &want.f64s(), 0.0, &format!("index_select dim {dim}"));
+    }
+}
+
+#[test]
+fn gather_errors() {
+    let spec = GatherSpec::embedding(4, 3, 2);
+    let t = rnd(12, 1);
+    let mut out = vec![0.0; 6];
+    assert!(gather(&spec, &t, &[0, 4], &mut out)
+        .unwrap_err()
+        .contains("out of range"));
+    assert!(gather(&spec, &t, &[-1, 0], &mut out).is_err());
+    assert!(gather(&spec, &t, &[0], &mut out).is_err());
+    assert!(gather(&spec, &t[..11], &[0, 1], &mut out).is_err());
+    assert!(gather(&spec, &t, &[0, 1], &mut out[..5]).is_err());
+    let huge = GatherSpec {
+        outer: usize::MAX,
+        rows: 2,
+        inner: 2,
+        indices: 1,
+    };
+    assert!(gather(&huge, &t, &[0], &mut out).is_err());
+    // Empty rows and no indices are fine.
+    let e = GatherSpec::embedding(4, 0, 2);
+    gather(&e, &[], &[1, 2], &mut []).unwrap();
+    let e = GatherSpec::embedding(4, 3, 0);
+    gather(&e, &t, &[], &mut []).unwrap();
 }

@@ -1,1 +1,499 @@
-//! (in progress)
+//! 2-D `f32` convolution, NCHW, grouped (incl. depthwise), strided, padded and dilated.
+//!
+//! Per image and group the convolution is the product `out[g] = W[g] @ cols`, with `W[g]` the
+//! `cout/groups x (cin/groups * KH * KW)` weights and `cols` the im2col matrix of the input.
+//! The output positions are cut into column tiles of a size that depends on the shape only;
+//! each tile's im2col slice is built in a per-worker scratch buffer small enough to stay in L2,
+//! multiplied by the [`gemm`] crate straight into the output, and gets its bias while hot. A
+//! 1x1 stride-1 unpadded convolution reads the input directly (no im2col). Convolutions with
+//! one input channel per group (depthwise) use a direct kernel instead. No reduction is split,
+//! so results are bitwise the same for any thread count.
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+
+/// The geometry of one 2-D convolution. Input `[n, cin, h, w]`, weight
+/// `[cout, cin / groups, kh, kw]`, optional bias `[cout]`, output `[n, cout, oh, ow]`, all
+/// contiguous.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConvSpec {
+    /// Images in the batch.
+    pub n: usize,
+    /// Input channels.
+    pub cin: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output channels.
+    pub cout: usize,
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Output height.
+    pub oh: usize,
+    /// Output width.
+    pub ow: usize,
+    /// Stride (height, width).
+    pub stride: [usize; 2],
+    /// Zero padding on both sides (height, width).
+    pub padding: [usize; 2],
+    /// Dilation (height, width).
+    pub dilation: [usize; 2],
+    /// Channel groups: `cin` and `cout` are both multiples of it (depthwise: `groups == cin`).
+    pub groups: usize,
+}
+
+/// Sizes beyond this are refused by [`ConvSpec::validate`] (keeps index arithmetic far from
+/// overflow).
+const MAX_DIM: usize = 1 << 31;
+
+impl ConvSpec {
+    /// The geometry of a convolution of input `x = [n, cin, h, w]` with weight
+    /// `w = [cout, cin / groups, kh, kw]`; `Err` if they do not fit.
+    pub fn new(
+        x: [usize; 4],
+        w: [usize; 4],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Result<Self, String> {
+        if groups == 0 || x[1] != w[1] * groups || w[0] % groups != 0 {
+            return Err(format!(
+                "input {x:?} and weight {w:?} do not fit groups={groups}"
+            ));
+        }
+        if stride.contains(&0) || dilation.contains(&0) {
+            return Err(format!(
+                "stride {stride:?} and dilation {dilation:?} must be positive"
+            ));
+        }
+        let mut o = [0usize; 2];
+        for d in 0..2 {
+            let (size, k) = (x[2 + d], w[2 + d]);
+            let span = dilation[d]
+                .checked_mul(k.saturating_sub(1))
+                .and_then(|s| s.checked_add(1))
+                .ok_or("convolution window overflows")?;
+            let padded = size
+                .checked_add(2 * padding[d])
+                .ok_or("convolution padding overflows")?;
+            if k == 0 || padded < span {
+                return Err(format!(
+                    "kernel of size {k} (dilated {span}) does not fit the padded input size {padded}"
+                ));
+            }
+            o[d] = (padded - span) / stride[d] + 1;
+        }
+        let spec = ConvSpec {
+            n: x[0],
+            cin: x[1],
+            h: x[2],
+            w: x[3],
+            cout: w[0],
+            kh: w[2],
+            kw: w[3],
+            oh: o[0],
+            ow: o[1],
+            stride,
+            padding,
+            dilation,
+            groups,
+        };
+        spec.check_geometry()?;
+        Ok(spec)
+    }
+
+    /// Elements of the input.
+    pub fn input_len(&self) -> usize {
+        self.n * self.cin * self.h * self.w
+    }
+
+    /// Elements of the weight.
+    pub fn weight_len(&self) -> usize {
+        self.cout * (self.cin / self.groups.max(1)) * self.kh * self.kw
+    }
+
+    /// Elements of the output.
+    pub fn output_len(&self) -> usize {
+        self.n * self.cout * self.oh * self.ow
+    }
+
+    /// Multiply-adds times two.
+    pub fn flops(&self) -> usize {
+        2 * self.output_len() * (self.cin / self.groups.max(1)) * self.kh * self.kw
+    }
+
+    fn check_geometry(&self) -> Result<(), String> {
+        let dims = [
+            self.n,
+            self.cin,
+            self.h,
+            self.w,
+            self.cout,
+            self.kh,
+            self.kw,
+            self.oh,
+            self.ow,
+            self.stride[0],
+            self.stride[1],
+            self.padding[0],
+            self.padding[1],
+            self.dilation[0],
+            self.dilation[1],
+            self.groups,
+        ];
+        if dims.iter().any(|&d| d > MAX_DIM) {
+            return Err(format!("convolution {self:?} has a size beyond 2^31"));
+        }
+        let g = self.groups;
+        if g == 0 || self.cin % g != 0 || self.cout % g != 0 {
+            return Err(format!(
+                "groups={g} must divide cin={} and cout={}",
+                self.cin, self.cout
+            ));
+        }
+        if self.stride.contains(&0) || self.dilation.contains(&0) || self.kh == 0 || self.kw == 0 {
+            return Err("stride, dilation and kernel size must be positive".into());
+        }
+        // Sizes must fit in memory-sized products.
+        let prod = |v: &[usize]| v.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+        let fits = prod(&[self.n, self.cin, self.h, self.w]).is_some()
+            && prod(&[self.n, self.cout, self.oh, self.ow]).is_some()
+            && prod(&[self.cout, self.cin / g, self.kh, self.kw]).is_some()
+            && prod(&[self.cin / g, self.kh, self.kw, self.oh, self.ow, 4]).is_some();
+        if !fits {
+            return Err(format!("convolution {self:?} is too large"));
+        }
+        // The output size must be the one the window gives (a larger one would read outside the
+        // padded input).
+        for (d, (size, k, o)) in [(self.h, self.kh, self.oh), (self.w, self.kw, self.ow)]
+            .into_iter()
+            .enumerate()
+        {
+            let span = self.dilation[d] * (k - 1) + 1;
+            let padded = size + 2 * self.padding[d];
+            if padded < span || o != (padded - span) / self.stride[d] + 1 {
+                return Err(format!(
+                    "output size {o} in spatial dimension {d} does not match the window \
+                     (input {size}, kernel {k}, stride {}, padding {}, dilation {})",
+                    self.stride[d], self.padding[d], self.dilation[d]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the geometry and that the buffers have exactly the sizes it implies (a bias, when
+    /// given, has `cout` elements).
+    pub fn validate(
+        &self,
+        x_len: usize,
+        w_len: usize,
+        bias_len: Option<usize>,
+        out_len: usize,
+    ) -> Result<(), String> {
+        self.check_geometry()?;
+        for (what, got, want) in [
+            ("input", x_len, self.input_len()),
+            ("weight", w_len, self.weight_len()),
+            ("output", out_len, self.output_len()),
+        ] {
+            if got != want {
+                return Err(format!(
+                    "convolution {what} has {got} elements, expected {want}"
+                ));
+            }
+        }
+        if let Some(b) = bias_len {
+            if b != self.cout {
+                return Err(format!(
+                    "convolution bias has {b} elements, expected {}",
+                    self.cout
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Output positions per column tile: the im2col slice (`cin/groups * kh * kw` rows) is kept
+    /// near 256 KiB. Depends on the shape only.
+    pub fn tile_cols(&self) -> usize {
+        let k = (self.cin / self.groups) * self.kh * self.kw;
+        let p = self.oh * self.ow;
+        let t = (65536 / k.max(1)).clamp(64, 2048).next_multiple_of(16);
+        t.min(p.max(1))
+    }
+
+    fn is_pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.stride == [1, 1] && self.padding == [0, 0]
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// The convolution `out = conv(x, w) + bias`.
+///
+/// `epilogue(image_index, out_image)` is called once per output image (out_image = Cout*OH*OW
+/// contiguous) when complete, from the worker that completed it.
+///
+/// # Panics
+/// If [`ConvSpec::validate`] fails for these buffers: callers validate first.
+pub fn conv2d(
+    spec: &ConvSpec,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    epilogue: &(dyn Fn(usize, &mut [f32]) + Sync),
+) {
+    if let Err(e) = spec.validate(x.len(), w.len(), bias.map(|b| b.len()), out.len()) {
+        panic!("invalid convolution: {e}");
+    }
+    if out.is_empty() {
+        return;
+    }
+    let img_in = spec.cin * spec.h * spec.w;
+    let img_out = spec.cout * spec.oh * spec.ow;
+    let cin_g = spec.cin / spec.groups;
+    out.par_chunks_mut(img_out)
+        .enumerate()
+        .for_each(|(i, oimg)| {
+            let ximg = &x[i * img_in..(i + 1) * img_in];
+            if cin_g == 1 {
+                depthwise_image(spec, ximg, w, bias, oimg);
+            } else {
+                gemm_image(spec, ximg, w, bias, oimg);
+            }
+            epilogue(i, oimg);
+        });
+}
+
+/// One image by im2col tiles and GEMM.
+fn gemm_image(spec: &ConvSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    let g = spec.groups;
+    let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
+    let kdim = cin_g * spec.kh * spec.kw;
+    let p = spec.oh * spec.ow;
+    let hw = spec.h * spec.w;
+    let tile = spec.tile_cols();
+    let tiles = p.div_ceil(tile);
+    let optr = SendPtr(out.as_mut_ptr());
+    let pointwise = spec.is_pointwise();
+    (0..g * tiles).into_par_iter().for_each(|job| {
+        let (grp, t) = (job / tiles, job % tiles);
+        let p0 = t * tile;
+        let nt = tile.min(p - p0);
+        let wg = &w[grp * cout_g * kdim..(grp + 1) * cout_g * kdim];
+        let xg = &x[grp * cin_g * hw..(grp + 1) * cin_g * hw];
+        // SAFETY: the tile writes rows `grp*cout_g..(grp+1)*cout_g`, columns `p0..p0+nt` of
+        // this image's `cout x p` output; jobs own disjoint (group, tile) rectangles.
+        let dst = unsafe { optr.get().add(grp * cout_g * p + p0) };
+        let run = |b: &[f32], b_rs: usize| unsafe {
+            // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`; `wg` is
+            // `cout_g x kdim`; `dst` as above.
+            gemm::gemm(
+                cout_g,
+                nt,
+                kdim,
+                dst,
+                1,
+                p as isize,
+                false,
+                wg.as_ptr(),
+                1,
+                kdim as isize,
+                b.as_ptr(),
+                1,
+                b_rs as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        };
+        if pointwise {
+            run(&xg[p0..], hw);
+        } else {
+            SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                if s.len() < kdim * nt {
+                    s.resize(kdim * nt, 0.0);
+                }
+                let cols = &mut s[..kdim * nt];
+                im2col(spec, xg, cin_g, p0, nt, cols);
+                run(cols, nt);
+            });
+        }
+        if let Some(b) = bias {
+            for co in 0..cout_g {
+                let bv = b[grp * cout_g + co];
+                // SAFETY: row `co` of this job's rectangle.
+                let row = unsafe { std::slice::from_raw_parts_mut(dst.add(co * p), nt) };
+                for v in row {
+                    *v += bv;
+                }
+            }
+        }
+    });
+}
+
+/// The im2col slice of output positions `p0..p0 + nt` for one group: row
+/// `(ci * kh + ky) * kw + kx`, column `q`, is the input at the tap of output position `p0 + q`,
+/// or 0 in the padding.
+fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, cols: &mut [f32]) {
+    let (h, w, ow) = (spec.h, spec.w, spec.ow);
+    let [sh, sw] = spec.stride;
+    let [ph, pw] = spec.padding;
+    let [dh, dw] = spec.dilation;
+    let mut r = 0;
+    for ci in 0..cin_g {
+        let plane = &xg[ci * h * w..(ci + 1) * h * w];
+        for ky in 0..spec.kh {
+            for kx in 0..spec.kw {
+                let row = &mut cols[r * nt..(r + 1) * nt];
+                r += 1;
+                // Walk the tile one output row segment at a time.
+                let mut q = 0;
+                while q < nt {
+                    let pos = p0 + q;
+                    let (oy, ox0) = (pos / ow, pos % ow);
+                    let seg = (ow - ox0).min(nt - q);
+                    let dstseg = &mut row[q..q + seg];
+                    q += seg;
+                    let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                    if iy < 0 || iy >= h as isize {
+                        dstseg.fill(0.0);
+                        continue;
+                    }
+                    let xrow = &plane[iy as usize * w..(iy as usize + 1) * w];
+                    // Valid ox: 0 <= ox * sw + kx * dw - pw < w.
+                    let off = (kx * dw) as isize - pw as isize;
+                    let lo = if off >= 0 {
+                        0
+                    } else {
+                        ((-off) as usize).div_ceil(sw)
+                    };
+                    let hi = if (w as isize) <= off {
+                        0
+                    } else {
+                        ((w as isize - off) as usize).div_ceil(sw)
+                    };
+                    let (a, b) = (lo.max(ox0), hi.min(ox0 + seg));
+                    if a >= b {
+                        dstseg.fill(0.0);
+                        continue;
+                    }
+                    dstseg[..a - ox0].fill(0.0);
+                    dstseg[b - ox0..].fill(0.0);
+                    {
+                        let ix0 = (a as isize * sw as isize + off) as usize;
+                        let d = &mut dstseg[a - ox0..b - ox0];
+                        if sw == 1 {
+                            d.copy_from_slice(&xrow[ix0..ix0 + (b - a)]);
+                        } else {
+                            for (j, v) in d.iter_mut().enumerate() {
+                                *v = xrow[ix0 + j * sw];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One image of a convolution with one input channel per group, directly: output channel
+/// `oc` reads input channel `oc / (cout / groups)`.
+fn depthwise_image(spec: &ConvSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    let (h, wd, oh, ow) = (spec.h, spec.w, spec.oh, spec.ow);
+    let (kh, kw) = (spec.kh, spec.kw);
+    let cout_g = spec.cout / spec.groups;
+    let [sh, sw] = spec.stride;
+    let [ph, pw] = spec.padding;
+    let [dh, dw] = spec.dilation;
+    out.par_chunks_mut(oh * ow)
+        .enumerate()
+        .for_each(|(oc, oplane)| {
+            let ci = oc / cout_g;
+            let plane = &x[ci * h * wd..(ci + 1) * h * wd];
+            let wk = &w[oc * kh * kw..(oc + 1) * kh * kw];
+            let b0 = bias.map_or(0.0, |b| b[oc]);
+            // Valid output column range per kx.
+            let ranges: Vec<(usize, usize, isize)> = (0..kw)
+                .map(|kx| {
+                    let off = (kx * dw) as isize - pw as isize;
+                    let lo = if off >= 0 {
+                        0
+                    } else {
+                        ((-off) as usize).div_ceil(sw)
+                    };
+                    let hi = if (wd as isize) <= off {
+                        0
+                    } else {
+                        ((wd as isize - off) as usize).div_ceil(sw)
+                    };
+                    (lo.min(ow), hi.min(ow), off)
+                })
+                .collect();
+            for (oy, orow) in oplane.chunks_exact_mut(ow).enumerate() {
+                orow.fill(b0);
+                for ky in 0..kh {
+                    let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                    if iy < 0 || iy >= h as isize {
+                        continue;
+                    }
+                    let xrow = &plane[iy as usize * wd..(iy as usize + 1) * wd];
+                    for (kx, &(lo, hi, off)) in ranges.iter().enumerate() {
+                        if lo >= hi {
+                            continue;
+                        }
+                        let wv = wk[ky * kw + kx];
+                        let ix0 = (lo as isize * sw as isize + off) as usize;
+                        let o = &mut orow[lo..hi];
+                        if sw == 1 {
+                            for (d, &s) in o.iter_mut().zip(&xrow[ix0..ix0 + (hi - lo)]) {
+                                *d += wv * s;
+                            }
+                        } else {
+                            for (j, d) in o.iter_mut().enumerate() {
+                                *d += wv * xrow[ix0 + j * sw];
+                            }
+                        }
+                    }
+                }
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_computes_output_size() {
+        let s = ConvSpec::new([1, 3, 224, 224], [64, 3, 7, 7], [2, 2], [3, 3], [1, 1], 1).unwrap();
+        assert_eq!((s.oh, s.ow), (112, 112));
+        assert!(ConvSpec::new([1, 3, 2, 2], [4, 3, 3, 3], [1, 1], [0, 0], [1, 1], 1).is_err());
+        assert!(ConvSpec::new([1, 4, 5, 5], [4, 3, 3, 3], [1, 1], [0, 0], [1, 1], 1).is_err());
+    }
+}
