@@ -100,7 +100,6 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                 .by_kind
                 .entry(s.kernel.kind().to_string())
                 .or_insert(0) += 1;
-            #[allow(irrefutable_let_patterns)]
             if let Kernel::Fallback { reason, .. } = &s.kernel {
                 report
                     .fallbacks

@@ -226,6 +226,11 @@ impl Executor {
                         weights: Default::default(),
                     })
                 }
+                _ => {
+                    validate_step(p, s)
+                        .map_err(|e| RuntimeError::Artifact(format!("step {i}: {e}")))?;
+                    None
+                }
             });
         }
         let threads = opts.threads.unwrap_or_else(default_threads).max(1);
@@ -550,6 +555,23 @@ impl Executor {
                 }
                 Ok(())
             }
+            kernel => {
+                let srcs: Vec<Src<'_>> = srcs
+                    .iter()
+                    .map(|v| match v {
+                        View::Src(s) => Ok(*s),
+                        View::T(_) => Err(step_err(i, step, "a source is not f32, i64 or bool")),
+                    })
+                    .collect::<Result<_, _>>()?;
+                let mut ds: Vec<Dst<'_>> = dsts
+                    .iter_mut()
+                    .map(|d| {
+                        d.dst()
+                            .ok_or_else(|| step_err(i, step, "a result is not f32, i64 or bool"))
+                    })
+                    .collect::<Result<_, _>>()?;
+                run_kernel(kernel, &srcs, &mut ds).map_err(|e| step_err(i, step, e))
+            }
         }
     }
 
@@ -560,7 +582,6 @@ impl Executor {
         let mut fallbacks = vec![];
         for s in &p.steps {
             *by_kind.entry(s.kernel.kind()).or_insert(0) += 1;
-            #[allow(irrefutable_let_patterns)]
             if let Kernel::Fallback { reason, .. } = &s.kernel {
                 fallbacks.push(format!(
                     "  fallback {} ({} nodes): {reason}",
@@ -597,6 +618,146 @@ impl Executor {
             }
         }
         out
+    }
+}
+
+fn f32_src<'a>(s: &[Src<'a>], k: usize) -> Result<&'a [f32], String> {
+    match s.get(k) {
+        Some(Src::F32(x)) => Ok(x),
+        _ => Err(format!("source {k} is not an f32 buffer")),
+    }
+}
+
+fn i64_src<'a>(s: &[Src<'a>], k: usize) -> Result<&'a [i64], String> {
+    match s.get(k) {
+        Some(Src::I64(x)) => Ok(x),
+        _ => Err(format!("source {k} is not an i64 buffer")),
+    }
+}
+
+/// Runs one fast kernel. Sizes were validated when the executor was made.
+fn run_kernel(k: &Kernel, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> Result<(), String> {
+    let no_epilogue = |_: usize, _: usize, _: &mut [f32]| {};
+    match (k, dsts) {
+        (Kernel::Matmul(spec), [Dst::F32(c)]) => {
+            let bias = if spec.bias.is_some() {
+                Some(f32_src(srcs, 2)?)
+            } else {
+                None
+            };
+            super::gemm::matmul(
+                spec,
+                f32_src(srcs, 0)?,
+                f32_src(srcs, 1)?,
+                bias,
+                c,
+                &no_epilogue,
+            );
+            Ok(())
+        }
+        (Kernel::Conv { spec, bias }, [Dst::F32(out)]) => {
+            let b = if *bias { Some(f32_src(srcs, 2)?) } else { None };
+            super::conv::conv2d(
+                spec,
+                f32_src(srcs, 0)?,
+                f32_src(srcs, 1)?,
+                b,
+                out,
+                &|_, _| {},
+            );
+            Ok(())
+        }
+        (Kernel::Pool(spec), [Dst::F32(out)]) => {
+            super::pool::pool2d(spec, f32_src(srcs, 0)?, out, None);
+            Ok(())
+        }
+        (Kernel::Pool(spec), [Dst::F32(out), Dst::I64(idx)]) => {
+            super::pool::pool2d(spec, f32_src(srcs, 0)?, out, Some(idx));
+            Ok(())
+        }
+        (Kernel::Gather(spec), [Dst::F32(out)]) => {
+            super::gather::gather(spec, f32_src(srcs, 0)?, i64_src(srcs, 1)?, out)
+        }
+        (k, _) => Err(format!("{} kernel with unexpected results", k.kind())),
+    }
+}
+
+/// Checks a fast step's operands against its kernel before anything runs, so that a corrupted
+/// artifact is an error and never an out-of-bounds access.
+fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
+    let spec = |v: Option<&u32>| v.map(|&v| &p.values[v as usize]);
+    let len = |v: Option<&u32>| spec(v).map(|s| s.numel());
+    let is = |v: Option<&u32>, d: DType| spec(v).is_some_and(|s| s.dtype == d);
+    let all_f32 = |vs: &[u32]| vs.iter().all(|v| is(Some(v), DType::F32));
+    let n_src = s.srcs.len();
+    let n_dst = s.dsts.len();
+    let want = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
+    match &s.kernel {
+        Kernel::Fallback { .. } => Ok(()),
+        Kernel::Matmul(m) => {
+            want(
+                n_src == 2 + m.bias.is_some() as usize && n_dst == 1,
+                "matmul operand count",
+            )?;
+            want(
+                all_f32(&s.srcs) && all_f32(&s.dsts),
+                "matmul operands must be f32",
+            )?;
+            m.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                len(s.srcs.get(1)).unwrap_or(0),
+                len(s.srcs.get(2)),
+                len(s.dsts.first()).unwrap_or(0),
+            )
+        }
+        Kernel::Conv { spec: c, bias } => {
+            want(
+                n_src == 2 + *bias as usize && n_dst == 1,
+                "conv operand count",
+            )?;
+            want(
+                all_f32(&s.srcs) && all_f32(&s.dsts),
+                "conv operands must be f32",
+            )?;
+            c.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                len(s.srcs.get(1)).unwrap_or(0),
+                len(s.srcs.get(2)),
+                len(s.dsts.first()).unwrap_or(0),
+            )
+        }
+        Kernel::Pool(ps) => {
+            want(
+                n_src == 1 && (n_dst == 1 || n_dst == 2),
+                "pool operand count",
+            )?;
+            want(
+                all_f32(&s.srcs) && is(s.dsts.first(), DType::F32),
+                "pool input must be f32",
+            )?;
+            if n_dst == 2 {
+                want(is(s.dsts.get(1), DType::I64), "pool indices must be i64")?;
+            }
+            ps.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                len(s.dsts.first()).unwrap_or(0),
+                len(s.dsts.get(1)),
+            )
+        }
+        Kernel::Gather(gs) => {
+            want(n_src == 2 && n_dst == 1, "gather operand count")?;
+            want(
+                is(s.srcs.first(), DType::F32)
+                    && is(s.srcs.get(1), DType::I64)
+                    && is(s.dsts.first(), DType::F32),
+                "gather takes an f32 table and i64 indices",
+            )?;
+            gs.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                len(s.srcs.get(1)).unwrap_or(0),
+                len(s.dsts.first()).unwrap_or(0),
+            )
+        }
     }
 }
 
@@ -675,7 +836,6 @@ enum DstBuf<'a> {
 
 impl DstBuf<'_> {
     /// The destination as a kernel result buffer, if it is of a fast kind.
-    #[allow(dead_code)]
     fn dst(&mut self) -> Option<Dst<'_>> {
         match self {
             DstBuf::Owned(b) | DstBuf::OutBytes(_, _, b) => match b {

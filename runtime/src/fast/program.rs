@@ -113,6 +113,20 @@ pub enum Kernel {
         /// Why no fast kernel was used.
         reason: String,
     },
+    /// `mm`/`bmm`/`addmm`: sources `a`, `b` and, with a bias, `bias`; destination `C`.
+    Matmul(super::gemm::MatmulSpec),
+    /// 2-D convolution: sources `x`, `w` and, when `bias`, the bias; destination the output.
+    Conv {
+        /// Geometry.
+        spec: super::conv::ConvSpec,
+        /// Whether a third source is the bias.
+        bias: bool,
+    },
+    /// Pooling: source `x`; destinations the output and, for max pooling with indices, the
+    /// indices.
+    Pool(super::pool::PoolSpec),
+    /// Row gather (`embedding`, `index_select`): sources the table and the indices.
+    Gather(super::gather::GatherSpec),
 }
 
 impl Kernel {
@@ -120,6 +134,10 @@ impl Kernel {
     pub fn kind(&self) -> &'static str {
         match self {
             Kernel::Fallback { .. } => "fallback",
+            Kernel::Matmul(_) => "matmul",
+            Kernel::Conv { .. } => "conv",
+            Kernel::Pool(_) => "pool",
+            Kernel::Gather(_) => "gather",
         }
     }
 }
