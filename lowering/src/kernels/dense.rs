@@ -1,0 +1,922 @@
+//! Specs of the dense kernels (`fast::{gemm, conv, pool, gather}`) from graph nodes.
+//!
+//! Each function reads one node's arguments and returns the runtime spec plus the values the
+//! kernel reads. Matmul operands look through layout-only producers (`permute`, `view`,
+//! `expand`, `unsqueeze`, `squeeze`, `alias`, `clone`) back to the buffer they view and give
+//! its strides instead, so `x @ w.t()` reads `w` transposed in place. Everything else refuses
+//! with `Err` naming the node (non-`f32`, symbolic shapes, transposed or 3-D convolution, ...).
+
+use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
+use fxhlo_runtime::fast::conv::ConvSpec;
+use fxhlo_runtime::fast::gather::GatherSpec;
+use fxhlo_runtime::fast::gemm::{MatmulSpec, Operand};
+use fxhlo_runtime::fast::pool::{PoolKind, PoolSpec};
+
+/// A matmul node as a kernel: the spec and the values behind its operands.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatmulKernel {
+    /// The product, with each operand's strides inside the buffer of `a` / `b` / `bias`.
+    pub spec: MatmulSpec,
+    /// The buffer the left operand is read from (the node's operand or a value it views).
+    pub a: ValueRef,
+    /// The buffer the right operand is read from.
+    pub b: ValueRef,
+    /// The buffer of the bias (`addmm`'s `self`), broadcast by `spec.bias`'s strides.
+    pub bias: Option<ValueRef>,
+}
+
+/// A convolution node as a kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvKernel {
+    /// The geometry (1-D convolutions as 2-D with unit height).
+    pub spec: ConvSpec,
+    /// The input, contiguous NCHW.
+    pub input: ValueRef,
+    /// The weight `[cout, cin / groups, kh, kw]`.
+    pub weight: ValueRef,
+    /// The bias `[cout]`, if any.
+    pub bias: Option<ValueRef>,
+}
+
+/// A pooling node as a kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolKernel {
+    /// The geometry; leading dimensions are folded into `planes`.
+    pub spec: PoolSpec,
+    /// The input.
+    pub input: ValueRef,
+    /// True for `max_pool2d_with_indices`: result 1 of the node is the `i64` indices.
+    pub indices: bool,
+}
+
+/// A gather node as a kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatherKernel {
+    /// The geometry.
+    pub spec: GatherSpec,
+    /// The table read from (`embedding`'s `weight`, `index_select`'s `self`).
+    pub table: ValueRef,
+    /// The `i64` indices.
+    pub indices: ValueRef,
+}
+
+/// The node's op, or `Err` for inputs and unsupported nodes.
+fn op_of(g: &Graph, node: NodeId) -> Result<Op, String> {
+    let n = g
+        .nodes
+        .get(node)
+        .ok_or_else(|| format!("node {node} does not exist"))?;
+    match n.kind {
+        NodeKind::Op(op) => Ok(op),
+        _ => Err(format!(
+            "node '{}' ({}) is not a table op",
+            n.name,
+            n.op_name()
+        )),
+    }
+}
+
+/// Reads the arguments of one node with messages that name it.
+struct Args<'g> {
+    g: &'g Graph,
+    node: NodeId,
+}
+
+impl<'g> Args<'g> {
+    fn err(&self, msg: impl std::fmt::Display) -> String {
+        let n = &self.g.nodes[self.node];
+        format!("node '{}' ({}): {msg}", n.name, n.op_name())
+    }
+
+    fn arg(&self, name: &str) -> Result<&'g Arg, String> {
+        self.g.nodes[self.node]
+            .arg(name)
+            .ok_or_else(|| self.err(format!("has no argument '{name}'")))
+    }
+
+    fn tensor(&self, name: &str) -> Result<ValueRef, String> {
+        self.arg(name)?
+            .as_tensor()
+            .ok_or_else(|| self.err(format!("argument '{name}' is not a tensor")))
+    }
+
+    fn opt_tensor(&self, name: &str) -> Result<Option<ValueRef>, String> {
+        match self.arg(name)? {
+            Arg::None => Ok(None),
+            Arg::Tensor(v) => Ok(Some(*v)),
+            a => Err(self.err(format!("argument '{name}' is a {}", a.kind_name()))),
+        }
+    }
+
+    fn int(&self, name: &str) -> Result<i64, String> {
+        match self.arg(name)? {
+            Arg::Int(v) => Ok(*v),
+            a => Err(self.err(format!("argument '{name}' is a {}", a.kind_name()))),
+        }
+    }
+
+    fn opt_int(&self, name: &str) -> Result<Option<i64>, String> {
+        match self.arg(name)? {
+            Arg::None => Ok(None),
+            Arg::Int(v) => Ok(Some(*v)),
+            a => Err(self.err(format!("argument '{name}' is a {}", a.kind_name()))),
+        }
+    }
+
+    fn bool(&self, name: &str) -> Result<bool, String> {
+        match self.arg(name)? {
+            Arg::Bool(v) => Ok(*v),
+            a => Err(self.err(format!("argument '{name}' is a {}", a.kind_name()))),
+        }
+    }
+
+    fn scalar(&self, name: &str) -> Result<f32, String> {
+        match self.arg(name)? {
+            Arg::Int(v) => Ok(*v as f32),
+            Arg::Float(v) => Ok(*v as f32),
+            Arg::Bool(v) => Ok(*v as u8 as f32),
+            a => Err(self.err(format!("argument '{name}' is a {}", a.kind_name()))),
+        }
+    }
+
+    fn ints(&self, name: &str) -> Result<&'g [i64], String> {
+        match self.arg(name)? {
+            Arg::Ints(v) => Ok(v),
+            a => Err(self.err(format!("argument '{name}' is a {}", a.kind_name()))),
+        }
+    }
+
+    /// A pair of non-negative window parameters (one entry stands for both); `empty` when the
+    /// list is empty (`None`: refuse).
+    fn pair(&self, name: &str, empty: Option<[usize; 2]>) -> Result<[usize; 2], String> {
+        let v = self.ints(name)?;
+        let u = |x: i64| {
+            usize::try_from(x)
+                .map_err(|_| self.err(format!("'{name}' must be non-negative, found {v:?}")))
+        };
+        match (v.len(), empty) {
+            (0, Some(e)) => Ok(e),
+            (1, _) => Ok([u(v[0])?; 2]),
+            (2, _) => Ok([u(v[0])?, u(v[1])?]),
+            _ => Err(self.err(format!("'{name}' has {} entries, expected 1 or 2", v.len()))),
+        }
+    }
+
+    /// The static shape of `v`, which must be `f32` (or `dtype`).
+    fn shape_of(&self, v: ValueRef, dtype: DType, what: &str) -> Result<Vec<usize>, String> {
+        let t = self.g.ty(v);
+        if t.dtype != dtype {
+            return Err(self.err(format!(
+                "{what} has dtype {}, the fast kernel needs {dtype}",
+                t.dtype
+            )));
+        }
+        static_shape(self.g, v).ok_or_else(|| self.err(format!("{what} has a symbolic shape")))
+    }
+
+    /// Checks that result `i` has the shape the kernel computes.
+    fn check_result(&self, i: usize, dtype: DType, shape: &[usize]) -> Result<(), String> {
+        let v = ValueRef::new(self.node, i);
+        let got = self.shape_of(v, dtype, &format!("result {i}"))?;
+        if got != shape {
+            return Err(self.err(format!(
+                "result {i} has shape {got:?}, but the kernel computes {shape:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn static_shape(g: &Graph, v: ValueRef) -> Option<Vec<usize>> {
+    g.ty(v)
+        .shape
+        .iter()
+        .map(|d| d.as_static().and_then(|n| usize::try_from(n).ok()))
+        .collect()
+}
+
+fn contiguous(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Strides of `new` as a view of a tensor of shape `old` and strides `strides` (torch's
+/// `computeStride`), or `None` when the view would need a copy.
+fn view_strides(old: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
+    let numel: usize = old.iter().product();
+    if numel != new.iter().product::<usize>() {
+        return None;
+    }
+    if numel == 0 || old.is_empty() {
+        return Some(contiguous(new));
+    }
+    let mut out = vec![0; new.len()];
+    let mut view_d = new.len() as isize - 1;
+    let mut chunk_base = *strides.last()?;
+    let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
+    for td in (0..old.len()).rev() {
+        tensor_numel *= old[td];
+        if td == 0 || (old[td - 1] != 1 && strides[td - 1] != tensor_numel * chunk_base) {
+            while view_d >= 0 && (view_numel < tensor_numel || new[view_d as usize] == 1) {
+                out[view_d as usize] = view_numel * chunk_base;
+                view_numel *= new[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if td > 0 {
+                chunk_base = strides[td - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
+}
+
+/// Strides after broadcasting a `(shape, strides)` view to `new` (right-aligned; size-1 and
+/// missing dimensions get stride 0), or `None` if it does not broadcast.
+fn expand_strides(shape: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
+    let lead = new.len().checked_sub(shape.len())?;
+    (0..new.len())
+        .map(|i| {
+            if i < lead {
+                return Some(0);
+            }
+            let j = i - lead;
+            if shape[j] == new[i] {
+                Some(strides[j])
+            } else if shape[j] == 1 {
+                Some(0)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The buffer value `v` is a view of, and `v`'s strides inside it: walks back through
+/// layout-only producers, then composes their strides from that source forward; a step that
+/// needs a copy (a view of a non-viewable permutation) makes that step's value the source.
+fn strided_source(g: &Graph, v: ValueRef) -> Option<(ValueRef, Vec<usize>)> {
+    let mut chain = vec![v];
+    let mut cur = v;
+    while chain.len() < 32 {
+        let n = &g.nodes[cur.node];
+        let view_op = matches!(
+            n.kind,
+            NodeKind::Op(
+                Op::View
+                    | Op::Permute
+                    | Op::Expand
+                    | Op::Alias
+                    | Op::Clone
+                    | Op::Unsqueeze
+                    | Op::SqueezeDim
+                    | Op::SqueezeDims
+            )
+        );
+        let src = match n.arg("self").and_then(Arg::as_tensor) {
+            Some(s) if view_op && cur.index == 0 && g.ty(s).dtype == g.ty(cur).dtype => s,
+            _ => break,
+        };
+        static_shape(g, src)?;
+        chain.push(src);
+        cur = src;
+    }
+    // chain = [v, producer input, ..., source]; go forward from the source.
+    let mut source = *chain.last()?;
+    let mut shape = static_shape(g, source)?;
+    let mut strides = contiguous(&shape);
+    let mut prev = source;
+    for &val in chain.iter().rev().skip(1) {
+        let new_shape = static_shape(g, val)?;
+        let step = |shape: &[usize], strides: &[usize]| -> Option<Vec<usize>> {
+            let n = &g.nodes[val.node];
+            let s = match n.op() {
+                Some(Op::Permute) => match n.arg("dims") {
+                    Some(Arg::Ints(dims)) if dims.len() == shape.len() => {
+                        let r = shape.len() as i64;
+                        let d: Option<Vec<usize>> = dims
+                            .iter()
+                            .map(|&d| usize::try_from(if d < 0 { d + r } else { d }).ok())
+                            .collect();
+                        d.filter(|d| d.iter().all(|&x| x < shape.len()))
+                            .map(|d| d.iter().map(|&x| strides[x]).collect())
+                    }
+                    _ => None,
+                },
+                Some(Op::Expand) => expand_strides(shape, strides, &new_shape),
+                _ => view_strides(shape, strides, &new_shape),
+            };
+            s.filter(|s: &Vec<usize>| s.len() == new_shape.len())
+        };
+        if let Some(s) = step(&shape, &strides) {
+            strides = s;
+        } else if let Some(s) = step(&shape, &contiguous(&shape)) {
+            // Not a view of the source: read this step's input, as it is laid out itself.
+            source = prev;
+            strides = s;
+        } else {
+            source = val;
+            strides = contiguous(&new_shape);
+        }
+        prev = val;
+        shape = new_shape;
+    }
+    Some((source, strides))
+}
+
+/// A matmul operand: the source buffer and its strides, checked to be `f32` with the shape the
+/// node sees (`rank` 2 or 3).
+fn operand(a: &Args, v: ValueRef, what: &str) -> Result<(ValueRef, Operand, Vec<usize>), String> {
+    let shape = a.shape_of(v, DType::F32, what)?;
+    let (src, strides) = strided_source(a.g, v).unwrap_or((v, contiguous(&shape)));
+    a.shape_of(src, DType::F32, what)?;
+    let op = match strides.len() {
+        2 => Operand {
+            offset: 0,
+            batch_stride: 0,
+            row_stride: strides[0],
+            col_stride: strides[1],
+        },
+        3 => Operand {
+            offset: 0,
+            batch_stride: strides[0],
+            row_stride: strides[1],
+            col_stride: strides[2],
+        },
+        r => return Err(a.err(format!("{what} has rank {r}, expected 2 or 3"))),
+    };
+    Ok((src, op, shape))
+}
+
+/// `mm`, `bmm` and `addmm` as a [`MatmulKernel`] (f32 only).
+pub fn matmul_spec(g: &Graph, node: NodeId) -> Result<MatmulKernel, String> {
+    let op = op_of(g, node)?;
+    let a = Args { g, node };
+    let (lhs, rhs, rank) = match op {
+        Op::Mm => ("self", "mat2", 2),
+        Op::Bmm => ("self", "mat2", 3),
+        Op::Addmm => ("mat1", "mat2", 2),
+        _ => return Err(a.err("is not mm, bmm or addmm")),
+    };
+    let (av, ao, ash) = operand(&a, a.tensor(lhs)?, "the left operand")?;
+    let (bv, bo, bsh) = operand(&a, a.tensor(rhs)?, "the right operand")?;
+    if ash.len() != rank || bsh.len() != rank {
+        return Err(a.err(format!("operands have shapes {ash:?} and {bsh:?}")));
+    }
+    let (batch, m, k) = if rank == 3 {
+        (ash[0], ash[1], ash[2])
+    } else {
+        (1, ash[0], ash[1])
+    };
+    let (kb, n) = (bsh[rank - 2], bsh[rank - 1]);
+    if kb != k || (rank == 3 && bsh[0] != batch) {
+        return Err(a.err(format!(
+            "operands have shapes {ash:?} and {bsh:?}, which do not multiply"
+        )));
+    }
+    let out: Vec<usize> = if rank == 3 {
+        vec![batch, m, n]
+    } else {
+        vec![m, n]
+    };
+    a.check_result(0, DType::F32, &out)?;
+    let mut spec = MatmulSpec {
+        batch,
+        m,
+        n,
+        k,
+        a: ao,
+        b: bo,
+        bias: None,
+        alpha: 1.0,
+        beta: 1.0,
+    };
+    let mut bias = None;
+    if op == Op::Addmm {
+        spec.alpha = a.scalar("alpha")?;
+        spec.beta = a.scalar("beta")?;
+        let v = a.tensor("self")?;
+        let shape = a.shape_of(v, DType::F32, "the bias")?;
+        let (src, strides) = strided_source(g, v).unwrap_or((v, contiguous(&shape)));
+        a.shape_of(src, DType::F32, "the bias")?;
+        let s = expand_strides(&shape, &strides, &[m, n]).ok_or_else(|| {
+            a.err(format!(
+                "the bias of shape {shape:?} does not broadcast to [{m}, {n}]"
+            ))
+        })?;
+        spec.bias = Some(Operand {
+            offset: 0,
+            batch_stride: 0,
+            row_stride: s[0],
+            col_stride: s[1],
+        });
+        bias = Some(src);
+    }
+    Ok(MatmulKernel {
+        spec,
+        a: av,
+        b: bv,
+        bias,
+    })
+}
+
+/// `convolution` as a [`ConvKernel`]: 1-D or 2-D, not transposed, f32.
+pub fn conv_spec(g: &Graph, node: NodeId) -> Result<ConvKernel, String> {
+    let a = Args { g, node };
+    if op_of(g, node)? != Op::Convolution {
+        return Err(a.err("is not a convolution"));
+    }
+    if a.bool("transposed")? {
+        return Err(a.err("transposed convolutions have no fast kernel"));
+    }
+    let (input, weight, bias) = (
+        a.tensor("input")?,
+        a.tensor("weight")?,
+        a.opt_tensor("bias")?,
+    );
+    let xs = a.shape_of(input, DType::F32, "the input")?;
+    let ws = a.shape_of(weight, DType::F32, "the weight")?;
+    if let Some(b) = bias {
+        let bs = a.shape_of(b, DType::F32, "the bias")?;
+        if ws.first().is_none_or(|&c| bs != [c]) {
+            return Err(a.err(format!("bias has shape {bs:?} for weight {ws:?}")));
+        }
+    }
+    let one_d = match (xs.len(), ws.len()) {
+        (4, 4) => false,
+        (3, 3) => true,
+        _ => {
+            return Err(a.err(format!(
+                "input {xs:?} and weight {ws:?}: only 1-D and 2-D convolutions have a fast kernel"
+            )))
+        }
+    };
+    let params = |name: &str| -> Result<[usize; 2], String> {
+        let v = a.ints(name)?;
+        let u = |x: i64| {
+            usize::try_from(x).map_err(|_| a.err(format!("'{name}' {v:?} must be non-negative")))
+        };
+        let n = if one_d { 1 } else { 2 };
+        let vals = match v.len() {
+            1 => vec![u(v[0])?; n],
+            l if l == n => v.iter().map(|&x| u(x)).collect::<Result<_, _>>()?,
+            l => return Err(a.err(format!("'{name}' has {l} entries, expected 1 or {n}"))),
+        };
+        let unit = if name == "padding" { 0 } else { 1 };
+        Ok(if one_d {
+            [unit, vals[0]]
+        } else {
+            [vals[0], vals[1]]
+        })
+    };
+    let (stride, padding, dilation) = (params("stride")?, params("padding")?, params("dilation")?);
+    let groups = usize::try_from(a.int("groups")?).map_err(|_| a.err("groups must be positive"))?;
+    let (x4, w4) = if one_d {
+        ([xs[0], xs[1], 1, xs[2]], [ws[0], ws[1], 1, ws[2]])
+    } else {
+        ([xs[0], xs[1], xs[2], xs[3]], [ws[0], ws[1], ws[2], ws[3]])
+    };
+    let spec = ConvSpec::new(x4, w4, stride, padding, dilation, groups).map_err(|e| a.err(e))?;
+    let out: Vec<usize> = if one_d {
+        vec![spec.n, spec.cout, spec.ow]
+    } else {
+        vec![spec.n, spec.cout, spec.oh, spec.ow]
+    };
+    a.check_result(0, DType::F32, &out)?;
+    Ok(ConvKernel {
+        spec,
+        input,
+        weight,
+        bias,
+    })
+}
+
+/// `max_pool2d_with_indices`, `avg_pool2d` and `_adaptive_avg_pool2d` as a [`PoolKernel`]
+/// (f32, input `[..., H, W]` with one or two leading dimensions).
+pub fn pool_spec(g: &Graph, node: NodeId) -> Result<PoolKernel, String> {
+    let op = op_of(g, node)?;
+    let a = Args { g, node };
+    if !matches!(
+        op,
+        Op::MaxPool2dWithIndices | Op::AvgPool2d | Op::AdaptiveAvgPool2d
+    ) {
+        return Err(a.err("is not a 2-D pooling"));
+    }
+    let input = a.tensor("self")?;
+    let xs = a.shape_of(input, DType::F32, "the input")?;
+    if xs.len() != 3 && xs.len() != 4 {
+        return Err(a.err(format!(
+            "input has shape {xs:?}, expected 3 or 4 dimensions"
+        )));
+    }
+    let lead = xs.len() - 2;
+    let planes: usize = xs[..lead].iter().product();
+    let hw = [xs[lead], xs[lead + 1]];
+    let spec = if op == Op::AdaptiveAvgPool2d {
+        let o = a.pair("output_size", None)?;
+        PoolSpec::adaptive(planes, hw, o)
+    } else {
+        let kernel = a.pair("kernel_size", None)?;
+        let stride = a.pair("stride", Some(kernel))?;
+        let padding = a.pair("padding", None)?;
+        let ceil = a.bool("ceil_mode")?;
+        if op == Op::MaxPool2dWithIndices {
+            let dilation = a.pair("dilation", None)?;
+            PoolSpec::new(
+                PoolKind::Max,
+                planes,
+                hw,
+                kernel,
+                stride,
+                padding,
+                dilation,
+                ceil,
+            )
+        } else {
+            let kind = PoolKind::Avg {
+                count_include_pad: a.bool("count_include_pad")?,
+                divisor_override: a.opt_int("divisor_override")?,
+            };
+            PoolSpec::new(kind, planes, hw, kernel, stride, padding, [1, 1], ceil)
+        }
+    }
+    .map_err(|e| a.err(e))?;
+    let mut out = xs[..lead].to_vec();
+    out.extend([spec.oh, spec.ow]);
+    a.check_result(0, DType::F32, &out)?;
+    let indices = op == Op::MaxPool2dWithIndices;
+    if indices {
+        a.check_result(1, DType::I64, &out)?;
+    }
+    Ok(PoolKernel {
+        spec,
+        input,
+        indices,
+    })
+}
+
+/// `embedding` and `index_select` (any dimension) as a [`GatherKernel`] (f32 table, i64
+/// indices).
+pub fn gather_spec(g: &Graph, node: NodeId) -> Result<GatherKernel, String> {
+    let op = op_of(g, node)?;
+    let a = Args { g, node };
+    let (table, indices, spec, out) = match op {
+        Op::Embedding => {
+            let (t, i) = (a.tensor("weight")?, a.tensor("indices")?);
+            let ts = a.shape_of(t, DType::F32, "the weight")?;
+            let is = a.shape_of(i, DType::I64, "the indices")?;
+            if ts.len() != 2 {
+                return Err(a.err(format!("weight has shape {ts:?}, expected a matrix")));
+            }
+            let spec = GatherSpec::embedding(ts[0], ts[1], is.iter().product());
+            let mut out = is;
+            out.push(ts[1]);
+            (t, i, spec, out)
+        }
+        Op::IndexSelect => {
+            let (t, i) = (a.tensor("self")?, a.tensor("index")?);
+            let ts = a.shape_of(t, DType::F32, "self")?;
+            let is = a.shape_of(i, DType::I64, "the index")?;
+            if is.len() > 1 {
+                return Err(a.err(format!("index has shape {is:?}, expected at most 1-D")));
+            }
+            let count: usize = is.iter().product();
+            let rank = ts.len().max(1) as i64;
+            let d = a.int("dim")?;
+            let dim = if d < 0 { d + rank } else { d };
+            if dim < 0 || dim >= rank {
+                return Err(a.err(format!("dim {d} is out of range for rank {}", ts.len())));
+            }
+            let dim = dim as usize;
+            if ts.is_empty() {
+                (
+                    t,
+                    i,
+                    GatherSpec {
+                        outer: 1,
+                        rows: 1,
+                        inner: 1,
+                        indices: count,
+                    },
+                    vec![],
+                )
+            } else {
+                let spec = GatherSpec {
+                    outer: ts[..dim].iter().product(),
+                    rows: ts[dim],
+                    inner: ts[dim + 1..].iter().product(),
+                    indices: count,
+                };
+                let mut out = ts.clone();
+                out[dim] = count;
+                (t, i, spec, out)
+            }
+        }
+        _ => return Err(a.err("is not embedding or index_select")),
+    };
+    a.check_result(0, DType::F32, &out)?;
+    Ok(GatherKernel {
+        spec,
+        table,
+        indices,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fxhlo_ir::text::parse_graph;
+
+    /// The last node of a parsed graph.
+    fn last(text: &str) -> (Graph, NodeId) {
+        let g = parse_graph(text).expect("graph parses");
+        let n = g.nodes.len() - 1;
+        (g, n)
+    }
+
+    #[test]
+    fn linear_reads_the_weight_transposed_in_place() {
+        let (g, n) = last(
+            r#"graph {
+  %x: f32[4, 3] = input
+  %w: f32[5, 3] = parameter "fc.weight"
+  %b: f32[5] = parameter "fc.bias"
+  %t: f32[3, 5] = aten.permute.default(%w, dims=[1, 0])
+  %y: f32[4, 5] = aten.addmm.default(%b, %x, %t, beta=2, alpha=0.5)
+  return %y
+}"#,
+        );
+        let k = matmul_spec(&g, n).unwrap();
+        assert_eq!((k.spec.m, k.spec.n, k.spec.k), (4, 5, 3));
+        assert_eq!(k.a, ValueRef::new(0, 0));
+        assert_eq!(k.b, ValueRef::new(1, 0));
+        assert_eq!(k.spec.b.row_stride, 1);
+        assert_eq!(k.spec.b.col_stride, 3);
+        assert_eq!(k.bias, Some(ValueRef::new(2, 0)));
+        let bias = k.spec.bias.unwrap();
+        assert_eq!((bias.row_stride, bias.col_stride), (0, 1));
+        assert_eq!((k.spec.alpha, k.spec.beta), (0.5, 2.0));
+        k.spec.validate(12, 15, Some(5), 20).unwrap();
+    }
+
+    #[test]
+    fn attention_scores_look_through_view_and_permute() {
+        // q @ k^T with k viewed from [2, 4, 8, 16] heads as [8, 16, 8] after a permute.
+        let (g, n) = last(
+            r#"graph {
+  %q: f32[8, 8, 16] = input
+  %k: f32[2, 4, 8, 16] = input
+  %kv: f32[8, 8, 16] = aten.view.default(%k, size=[8, 8, 16])
+  %kt: f32[8, 16, 8] = aten.permute.default(%kv, dims=[0, 2, 1])
+  %s: f32[8, 8, 8] = aten.bmm.default(%q, %kt)
+  return %s
+}"#,
+        );
+        let k = matmul_spec(&g, n).unwrap();
+        assert_eq!(k.b, ValueRef::new(1, 0));
+        assert_eq!(
+            (
+                k.spec.b.batch_stride,
+                k.spec.b.row_stride,
+                k.spec.b.col_stride
+            ),
+            (128, 1, 16)
+        );
+        assert_eq!(k.spec.a, Operand::contiguous(8, 16));
+    }
+
+    #[test]
+    fn view_of_a_permutation_that_needs_a_copy_reads_the_permutation() {
+        // [2, 3, 4] permuted to [3, 2, 4] then flattened to [6, 4]: not a strided view.
+        let (g, n) = last(
+            r#"graph {
+  %x: f32[2, 3, 4] = input
+  %y: f32[5, 4] = input
+  %p: f32[3, 2, 4] = aten.permute.default(%x, dims=[1, 0, 2])
+  %v: f32[6, 4] = aten.view.default(%p, size=[6, 4])
+  %t: f32[4, 5] = aten.permute.default(%y, dims=[1, 0])
+  %m: f32[6, 5] = aten.mm.default(%v, %t)
+  return %m
+}"#,
+        );
+        let k = matmul_spec(&g, n).unwrap();
+        assert_eq!(k.a, ValueRef::new(2, 0));
+        assert_eq!(
+            k.spec.a,
+            Operand {
+                offset: 0,
+                batch_stride: 0,
+                row_stride: 4,
+                col_stride: 1
+            }
+        );
+        assert_eq!(k.b, ValueRef::new(1, 0));
+    }
+
+    #[test]
+    fn bmm_of_an_expanded_operand_has_batch_stride_zero() {
+        let (g, n) = last(
+            r#"graph {
+  %x: f32[3, 4, 5] = input
+  %w: f32[5, 6] = input
+  %u: f32[1, 5, 6] = aten.unsqueeze.default(%w, dim=0)
+  %e: f32[3, 5, 6] = aten.expand.default(%u, size=[3, 5, 6])
+  %m: f32[3, 4, 6] = aten.bmm.default(%x, %e)
+  return %m
+}"#,
+        );
+        let k = matmul_spec(&g, n).unwrap();
+        assert_eq!(k.b, ValueRef::new(1, 0));
+        assert_eq!(
+            k.spec.b,
+            Operand {
+                offset: 0,
+                batch_stride: 0,
+                row_stride: 6,
+                col_stride: 1
+            }
+        );
+    }
+
+    #[test]
+    fn conv_pool_and_gather_specs() {
+        let (g, n) = last(
+            r#"graph {
+  %x: f32[2, 3, 16, 16] = input
+  %w: f32[8, 3, 3, 3] = parameter "w"
+  %b: f32[8] = parameter "b"
+  %y: f32[2, 8, 8, 8] = aten.convolution.default(%x, %w, %b, stride=[2, 2], padding=[1, 1], dilation=[1, 1], transposed=false, output_padding=[0, 0], groups=1)
+  return %y
+}"#,
+        );
+        let c = conv_spec(&g, n).unwrap();
+        assert_eq!((c.spec.oh, c.spec.ow, c.spec.cout), (8, 8, 8));
+        assert_eq!(c.bias, Some(ValueRef::new(2, 0)));
+
+        let (g, n) = last(
+            r#"graph {
+  %x: f32[2, 4, 9, 9] = input
+  %p: f32[2, 4, 5, 5], %i: i64[2, 4, 5, 5] = aten.max_pool2d_with_indices.default(%x, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1])
+  return %p, %i
+}"#,
+        );
+        let p = pool_spec(&g, n).unwrap();
+        assert!(p.indices);
+        assert_eq!((p.spec.planes, p.spec.oh, p.spec.ow), (8, 5, 5));
+
+        let (g, n) = last(
+            r#"graph {
+  %w: f32[10, 4] = parameter "emb"
+  %i: i64[2, 3] = input
+  %e: f32[2, 3, 4] = aten.embedding.default(%w, %i)
+  return %e
+}"#,
+        );
+        let e = gather_spec(&g, n).unwrap();
+        assert_eq!(e.spec, GatherSpec::embedding(10, 4, 6));
+
+        let (g, n) = last(
+            r#"graph {
+  %x: f32[3, 7, 5] = input
+  %i: i64[4] = input
+  %s: f32[3, 4, 5] = aten.index_select.default(%x, %i, dim=-2)
+  return %s
+}"#,
+        );
+        let s = gather_spec(&g, n).unwrap();
+        assert_eq!(
+            s.spec,
+            GatherSpec {
+                outer: 3,
+                rows: 7,
+                inner: 5,
+                indices: 4
+            }
+        );
+    }
+
+    #[test]
+    fn refusals_are_errors() {
+        let (g, n) = last(
+            r#"graph {
+  %x: f32[1, 4, 5, 5] = input
+  %w: f32[4, 2, 3, 3] = input
+  %y: f32[1, 2, 7, 7] = aten.convolution.default(%x, %w, bias=none, stride=[1, 1], padding=[0, 0], dilation=[1, 1], transposed=true, output_padding=[0, 0], groups=1)
+  return %y
+}"#,
+        );
+        assert!(conv_spec(&g, n).unwrap_err().contains("transposed"));
+        assert!(matmul_spec(&g, n).is_err());
+        assert!(matmul_spec(&g, 0).is_err());
+        let (g, n) = last(
+            r#"graph {
+  %x: f64[4, 3] = input
+  %y: f64[3, 2] = input
+  %m: f64[4, 2] = aten.mm.default(%x, %y)
+  return %m
+}"#,
+        );
+        assert!(matmul_spec(&g, n).unwrap_err().contains("dtype"));
+    }
+
+    /// Runs the last node of `text` through the fast matmul reading the looked-through
+    /// sources, and compares with the interpreter (user inputs only, filled by index).
+    fn check_matmul_numerics(text: &str) {
+        use fxhlo_runtime::fast::gemm::matmul;
+        use fxhlo_runtime::{eval, Options, Tensor};
+        let (g, n) = last(text);
+        let k = matmul_spec(&g, n).unwrap();
+        let mut inputs = std::collections::BTreeMap::new();
+        let mut data = std::collections::BTreeMap::new();
+        for (i, node) in g.nodes.iter().enumerate() {
+            if matches!(node.kind, NodeKind::Input { .. }) {
+                let v = ValueRef::new(i, 0);
+                let shape = static_shape(&g, v).unwrap();
+                let len: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..len)
+                    .map(|j| ((j * 7 + i * 3) % 11) as f64 - 5.0)
+                    .collect();
+                data.insert(v, vals.iter().map(|&x| x as f32).collect::<Vec<f32>>());
+                inputs.insert(
+                    node.name.clone(),
+                    Tensor::from_f64s(DType::F32, shape, vals),
+                );
+            }
+        }
+        let model = fxhlo_ir::Model {
+            graph: g.clone(),
+            weights: Default::default(),
+        };
+        let want = eval(&model, &inputs, &Options::default())
+            .unwrap()
+            .remove(0)
+            .f64s();
+        // Every source the kernel reads must be a graph input here.
+        let buf = |v: ValueRef| {
+            data.get(&v)
+                .unwrap_or_else(|| panic!("{v:?} is not an input"))
+        };
+        let mut c = vec![0.0f32; k.spec.out_len().unwrap()];
+        let bias = k.bias.map(|v| &buf(v)[..]);
+        matmul(&k.spec, buf(k.a), buf(k.b), bias, &mut c, &|_, _, _| {});
+        let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn looked_through_operands_compute_the_same_product() {
+        check_matmul_numerics(
+            r#"graph {
+  %q: f32[2, 3, 4, 5] = input
+  %k: f32[2, 3, 6, 5] = input
+  %qv: f32[6, 4, 5] = aten.view.default(%q, size=[6, 4, 5])
+  %kp: f32[2, 3, 5, 6] = aten.permute.default(%k, dims=[0, 1, 3, 2])
+  %kv: f32[6, 5, 6] = aten.view.default(%kp, size=[6, 5, 6])
+  %s: f32[6, 4, 6] = aten.bmm.default(%qv, %kv)
+  return %s
+}"#,
+        );
+        check_matmul_numerics(
+            r#"graph {
+  %x: f32[2, 3, 4] = input
+  %w: f32[5, 4] = input
+  %b: f32[5] = input
+  %xv: f32[6, 4] = aten.view.default(%x, size=[6, 4])
+  %t: f32[4, 5] = aten.permute.default(%w, dims=[1, 0])
+  %y: f32[6, 5] = aten.addmm.default(%b, %xv, %t, beta=0.5, alpha=2)
+  return %y
+}"#,
+        );
+        check_matmul_numerics(
+            r#"graph {
+  %x: f32[4, 3] = input
+  %w: f32[3, 5] = input
+  %b: f32[4, 1] = input
+  %y: f32[4, 5] = aten.addmm.default(%b, %x, %w)
+  return %y
+}"#,
+        );
+    }
+
+    #[test]
+    fn one_d_convolution_is_2d_with_unit_height() {
+        let (g, n) = last(
+            r#"graph {
+  %x: f32[2, 3, 10] = input
+  %w: f32[4, 3, 3] = input
+  %y: f32[2, 4, 5] = aten.convolution.default(%x, %w, bias=none, stride=[2], padding=[1], dilation=[1], transposed=false, output_padding=[0], groups=1)
+  return %y
+}"#,
+        );
+        let c = conv_spec(&g, n).unwrap();
+        assert_eq!((c.spec.h, c.spec.kh, c.spec.oh, c.spec.ow), (1, 1, 1, 5));
+        assert_eq!((c.spec.stride, c.spec.padding), ([1, 2], [0, 1]));
+    }
+}
