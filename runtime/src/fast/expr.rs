@@ -1,1 +1,1089 @@
-//! (in progress)
+//! Fused elementwise expressions: a register program evaluated block by block.
+//!
+//! An [`Expr`] computes one or more `f32` outputs over a row-major iteration space
+//! ([`Expr::shape`]). Its inputs are [`Leaf`] accesses: an operand slot read at
+//! `offset + Σ index[d] * strides[d]` (so permutes, slices, broadcasts and reshapes of the
+//! operand cost nothing), or an iota (`start + address * step`, for `arange`). The program is a
+//! list of [`Inst`]s over virtual registers, each register a block of [`BLOCK`] `f32` values:
+//! every instruction runs as one tight loop over the block, so a chain of elementwise ops reads
+//! each input once and writes each output once, all in L1. Booleans (masks from comparisons)
+//! live in registers as `0.0` / `1.0`.
+//!
+//! Programs are built with [`ExprBuilder`] (constant folding, common-subexpression merging, dead
+//! code removal and register allocation by liveness happen in [`ExprBuilder::finish`]).
+//! On x86-64 with AVX2 the block loops run in an AVX2-compiled copy of the evaluator; the math
+//! never uses FMA, so both copies give bitwise-identical results.
+
+use super::math;
+use super::Src;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Elements per register block.
+pub const BLOCK: usize = 512;
+/// Elements per parallel task of [`run_elementwise`] (a multiple of [`BLOCK`]; independent of
+/// the thread count).
+pub const TASK: usize = 16 * BLOCK;
+
+/// The element type of an operand slot read by a leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LeafKind {
+    /// `f32`.
+    F32,
+    /// `bool`, loaded as `0.0` / `1.0`.
+    Bool,
+    /// `i64`, converted to the nearest `f32`.
+    I64,
+}
+
+/// Where a leaf's values come from.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LeafSrc {
+    /// Operand slot `slot` (an index into the `srcs` of the kernel) of element type `kind`.
+    Slot {
+        /// Index into `srcs`.
+        slot: u32,
+        /// Its element type.
+        kind: LeafKind,
+    },
+    /// The value `start + address * step` computed in `f64` and rounded (an `arange`).
+    Iota {
+        /// Value at address 0.
+        start: f64,
+        /// Increment per address.
+        step: f64,
+    },
+}
+
+/// An input of an expression: a source read with an affine access over the iteration space.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Leaf {
+    /// What is read.
+    pub src: LeafSrc,
+    /// Address of iteration index `[0, ..., 0]`.
+    pub offset: i64,
+    /// Address step per iteration dimension (one per dimension of [`Expr::shape`]; 0 for a
+    /// broadcast dimension, negative for a flip).
+    pub strides: Vec<i64>,
+}
+
+impl Leaf {
+    /// The smallest and largest address read over `shape` (`None` if `shape` is empty).
+    fn address_range(&self, shape: &[usize]) -> Option<(i128, i128)> {
+        if shape.contains(&0) {
+            return None;
+        }
+        let (mut lo, mut hi) = (self.offset as i128, self.offset as i128);
+        for (&n, &s) in shape.iter().zip(&self.strides) {
+            let span = (n as i128 - 1) * s as i128;
+            if span < 0 {
+                lo += span;
+            } else {
+                hi += span;
+            }
+        }
+        Some((lo, hi))
+    }
+}
+
+/// Unary operations. Booleans are `0.0` / `1.0`.
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnOp {
+    Neg,
+    Abs,
+    Exp,
+    Expm1,
+    Log,
+    Log1p,
+    Log2,
+    Log10,
+    Sqrt,
+    /// `1 / sqrt(x)`.
+    Rsqrt,
+    /// `1 / x`.
+    Recip,
+    Sigmoid,
+    /// `x * sigmoid(x)`.
+    Silu,
+    Tanh,
+    Erf,
+    /// GELU with `erf`.
+    GeluErf,
+    /// GELU with the `tanh` approximation.
+    GeluTanh,
+    /// `max(x, 0)`, NaN stays NaN.
+    Relu,
+    Floor,
+    Ceil,
+    /// Round half to even.
+    Round,
+    Trunc,
+    /// -1, 0 or 1; NaN gives 0.
+    Sign,
+    /// 1 where NaN.
+    IsNan,
+    /// 1 where ±inf.
+    IsInf,
+    /// Logical not: 1 where `x == 0`.
+    Not,
+    /// Cast to bool: 1 where `x != 0` (NaN is true).
+    ToBool,
+    /// `x * x`.
+    Square,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+}
+
+/// Binary operations. Comparisons and logical ops give `0.0` / `1.0`.
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// NaN-propagating maximum.
+    Max,
+    /// NaN-propagating minimum.
+    Min,
+    /// `a^b` (computed in `f64`).
+    Pow,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// Logical and of `a != 0`, `b != 0`.
+    And,
+    Or,
+    Xor,
+    /// C `fmod`.
+    Fmod,
+    /// Python `%`.
+    Remainder,
+    /// Division rounded toward zero.
+    DivTrunc,
+    /// Division rounded down (Python `//`).
+    DivFloor,
+    Atan2,
+}
+
+/// What an instruction computes into its destination register.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum InstOp {
+    /// Loads leaf `i` for the block.
+    Load(u32),
+    /// A constant.
+    Const(f32),
+    /// `op(a)`.
+    Un(UnOp, u32),
+    /// `op(a, b)`.
+    Bin(BinOp, u32, u32),
+    /// `op(a, c)` with a constant right operand.
+    BinC(BinOp, u32, f32),
+    /// `op(c, b)` with a constant left operand.
+    CBin(BinOp, f32, u32),
+    /// `if c != 0 { a } else { b }`.
+    Select(u32, u32, u32),
+    /// `a^n` for an integer `n` (repeated squaring).
+    PowI(u32, i32),
+}
+
+impl InstOp {
+    fn reads(&self) -> Vec<u32> {
+        match *self {
+            InstOp::Load(_) | InstOp::Const(_) => vec![],
+            InstOp::Un(_, a)
+            | InstOp::BinC(_, a, _)
+            | InstOp::CBin(_, _, a)
+            | InstOp::PowI(a, _) => {
+                vec![a]
+            }
+            InstOp::Bin(_, a, b) => vec![a, b],
+            InstOp::Select(c, a, b) => vec![c, a, b],
+        }
+    }
+
+    fn map_regs(&self, f: impl Fn(u32) -> u32) -> InstOp {
+        match *self {
+            InstOp::Load(l) => InstOp::Load(l),
+            InstOp::Const(c) => InstOp::Const(c),
+            InstOp::Un(o, a) => InstOp::Un(o, f(a)),
+            InstOp::Bin(o, a, b) => InstOp::Bin(o, f(a), f(b)),
+            InstOp::BinC(o, a, c) => InstOp::BinC(o, f(a), c),
+            InstOp::CBin(o, c, a) => InstOp::CBin(o, c, f(a)),
+            InstOp::Select(c, a, b) => InstOp::Select(f(c), f(a), f(b)),
+            InstOp::PowI(a, n) => InstOp::PowI(f(a), n),
+        }
+    }
+}
+
+/// One instruction: `regs[dst] = op(...)`. `dst` never equals a register the op reads.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Inst {
+    /// Destination register.
+    pub dst: u32,
+    /// The operation.
+    pub op: InstOp,
+}
+
+/// A fused elementwise expression over a row-major iteration space.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Expr {
+    shape: Vec<usize>,
+    leaves: Vec<Leaf>,
+    insts: Vec<Inst>,
+    num_regs: u32,
+    outputs: Vec<u32>,
+}
+
+/// `1.0` if `c`, else `0.0`.
+#[inline(always)]
+fn b(c: bool) -> f32 {
+    if c {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// `f(x)` of a unary op (the one definition both the block loops and constant folding use).
+#[inline(always)]
+pub fn apply_un(op: UnOp, x: f32) -> f32 {
+    let wide = |f: fn(f64) -> f64| f(x as f64) as f32;
+    match op {
+        UnOp::Neg => -x,
+        UnOp::Abs => x.abs(),
+        UnOp::Exp => math::exp(x),
+        UnOp::Expm1 => math::expm1(x),
+        UnOp::Log => math::log(x),
+        UnOp::Log1p => math::log1p(x),
+        UnOp::Log2 => math::log2(x),
+        UnOp::Log10 => math::log10(x),
+        UnOp::Sqrt => x.sqrt(),
+        UnOp::Rsqrt => 1.0 / x.sqrt(),
+        UnOp::Recip => 1.0 / x,
+        UnOp::Sigmoid => math::sigmoid(x),
+        UnOp::Silu => math::silu(x),
+        UnOp::Tanh => math::tanh(x),
+        UnOp::Erf => math::erf(x),
+        UnOp::GeluErf => math::gelu_erf(x),
+        UnOp::GeluTanh => math::gelu_tanh(x),
+        UnOp::Relu => math::max_nan(x, 0.0),
+        UnOp::Floor => x.floor(),
+        UnOp::Ceil => x.ceil(),
+        UnOp::Round => x.round_ties_even(),
+        UnOp::Trunc => x.trunc(),
+        UnOp::Sign => b(0.0 < x) - b(x < 0.0),
+        UnOp::IsNan => b(x.is_nan()),
+        UnOp::IsInf => b(x.is_infinite()),
+        UnOp::Not => b(x == 0.0),
+        UnOp::ToBool => b(x != 0.0),
+        UnOp::Square => x * x,
+        UnOp::Sin => wide(f64::sin),
+        UnOp::Cos => wide(f64::cos),
+        UnOp::Tan => wide(f64::tan),
+        UnOp::Asin => wide(f64::asin),
+        UnOp::Acos => wide(f64::acos),
+        UnOp::Atan => wide(f64::atan),
+        UnOp::Sinh => wide(f64::sinh),
+        UnOp::Cosh => wide(f64::cosh),
+        UnOp::Asinh => wide(f64::asinh),
+        UnOp::Acosh => wide(f64::acosh),
+        UnOp::Atanh => wide(f64::atanh),
+    }
+}
+
+/// `f(a, b)` of a binary op.
+#[inline(always)]
+pub fn apply_bin(op: BinOp, x: f32, y: f32) -> f32 {
+    match op {
+        BinOp::Add => x + y,
+        BinOp::Sub => x - y,
+        BinOp::Mul => x * y,
+        BinOp::Div => x / y,
+        BinOp::Max => math::max_nan(x, y),
+        BinOp::Min => math::min_nan(x, y),
+        BinOp::Pow => {
+            if y == 2.0 {
+                x * x
+            } else {
+                (x as f64).powf(y as f64) as f32
+            }
+        }
+        BinOp::Eq => b(x == y),
+        BinOp::Ne => b(x != y),
+        BinOp::Lt => b(x < y),
+        BinOp::Le => b(x <= y),
+        BinOp::Gt => b(x > y),
+        BinOp::Ge => b(x >= y),
+        BinOp::And => b(x != 0.0 && y != 0.0),
+        BinOp::Or => b(x != 0.0 || y != 0.0),
+        BinOp::Xor => b((x != 0.0) != (y != 0.0)),
+        BinOp::Fmod => x % y,
+        BinOp::Remainder => math::remainder(x, y),
+        BinOp::DivTrunc => (x / y).trunc(),
+        BinOp::DivFloor => math::div_floor(x, y),
+        BinOp::Atan2 => (x as f64).atan2(y as f64) as f32,
+    }
+}
+
+// The loops are macros, not generic functions taking closures: closures are not always
+// inlined, and an element-wise call blocks vectorization. `apply_*` are `#[inline(always)]`,
+// so each arm is one monomorphic loop that vectorizes on its own.
+macro_rules! map1 {
+    ($d:expr, $a:expr, |$x:ident| $body:expr) => {
+        for (o, &$x) in $d.iter_mut().zip($a) {
+            *o = $body;
+        }
+    };
+}
+
+macro_rules! map2 {
+    ($d:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
+        for (o, (&$x, &$y)) in $d.iter_mut().zip($a.iter().zip($b)) {
+            *o = $body;
+        }
+    };
+}
+
+#[inline(always)]
+fn run_un(op: UnOp, d: &mut [f32], a: &[f32]) {
+    macro_rules! arm {
+        ($($v:ident),*) => { match op { $(UnOp::$v => map1!(d, a, |x| apply_un(UnOp::$v, x)),)* } };
+    }
+    arm!(
+        Neg, Abs, Exp, Expm1, Log, Log1p, Log2, Log10, Sqrt, Rsqrt, Recip, Sigmoid, Silu, Tanh,
+        Erf, GeluErf, GeluTanh, Relu, Floor, Ceil, Round, Trunc, Sign, IsNan, IsInf, Not, ToBool,
+        Square, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh
+    )
+}
+
+macro_rules! bin_ops {
+    ($arm:ident) => {
+        $arm!(
+            Add, Sub, Mul, Div, Max, Min, Pow, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor, Fmod,
+            Remainder, DivTrunc, DivFloor, Atan2
+        )
+    };
+}
+
+#[inline(always)]
+fn run_bin(op: BinOp, d: &mut [f32], a: &[f32], b: &[f32]) {
+    macro_rules! arm {
+        ($($v:ident),*) => { match op { $(BinOp::$v => map2!(d, a, b, |x, y| apply_bin(BinOp::$v, x, y)),)* } };
+    }
+    bin_ops!(arm)
+}
+
+#[inline(always)]
+fn run_bin_c(op: BinOp, d: &mut [f32], a: &[f32], c: f32) {
+    macro_rules! arm {
+        ($($v:ident),*) => { match op { $(BinOp::$v => map1!(d, a, |x| apply_bin(BinOp::$v, x, c)),)* } };
+    }
+    bin_ops!(arm)
+}
+
+#[inline(always)]
+fn run_c_bin(op: BinOp, d: &mut [f32], c: f32, a: &[f32]) {
+    macro_rules! arm {
+        ($($v:ident),*) => { match op { $(BinOp::$v => map1!(d, a, |x| apply_bin(BinOp::$v, c, x)),)* } };
+    }
+    bin_ops!(arm)
+}
+
+#[inline(always)]
+fn run_powi(d: &mut [f32], a: &[f32], n: i32) {
+    match n {
+        0 => d.fill(1.0),
+        1 => d.copy_from_slice(a),
+        2 => map1!(d, a, |x| x * x),
+        3 => map1!(d, a, |x| x * x * x),
+        4 => map1!(d, a, |x| (x * x) * (x * x)),
+        -1 => map1!(d, a, |x| 1.0 / x),
+        -2 => map1!(d, a, |x| 1.0 / (x * x)),
+        _ => map1!(d, a, |x| math::powi(x, n)),
+    }
+}
+
+/// The iteration space with unit dimensions dropped and mergeable neighbours merged, and each
+/// leaf's strides over it (at least one dimension).
+struct Plan {
+    dims: Vec<usize>,
+    strides: Vec<Vec<i64>>,
+}
+
+impl Plan {
+    fn new(e: &Expr) -> Plan {
+        let mut dims: Vec<usize> = vec![];
+        let mut strides: Vec<Vec<i64>> = vec![vec![]; e.leaves.len()];
+        for (d, &n) in e.shape.iter().enumerate() {
+            if n == 1 {
+                continue;
+            }
+            let mergeable = !dims.is_empty()
+                && e.leaves.iter().zip(&strides).all(|(l, s)| {
+                    s.last()
+                        .is_some_and(|&prev| prev == l.strides[d].saturating_mul(n as i64))
+                });
+            if mergeable {
+                let last = dims.len() - 1;
+                dims[last] *= n;
+                for (l, s) in e.leaves.iter().zip(strides.iter_mut()) {
+                    let k = s.len() - 1;
+                    s[k] = l.strides[d];
+                }
+            } else {
+                dims.push(n);
+                for (l, s) in e.leaves.iter().zip(strides.iter_mut()) {
+                    s.push(l.strides[d]);
+                }
+            }
+        }
+        if dims.is_empty() {
+            dims.push(1);
+            for s in strides.iter_mut() {
+                s.push(0);
+            }
+        }
+        Plan { dims, strides }
+    }
+
+    /// Multi-index of flat index `i`.
+    fn unflatten(&self, mut i: usize, idx: &mut [usize]) {
+        for (k, &n) in self.dims.iter().enumerate().rev() {
+            idx[k] = i % n;
+            i /= n;
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Expr {
+    /// The iteration space, row-major.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of outputs.
+    pub fn num_outputs(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// The leaves (inputs) of the expression.
+    pub fn leaves(&self) -> &[Leaf] {
+        &self.leaves
+    }
+
+    /// The instructions.
+    pub fn insts(&self) -> &[Inst] {
+        &self.insts
+    }
+
+    /// Number of elements of the iteration space.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Renumbers the operand slots of every slot leaf with `f` (used by kernel builders that
+    /// place scratch buffers after the kernel's operands).
+    pub fn map_slots(&mut self, f: impl Fn(u32) -> u32) {
+        for l in &mut self.leaves {
+            if let LeafSrc::Slot { slot, .. } = &mut l.src {
+                *slot = f(*slot);
+            }
+        }
+    }
+
+    /// The operand slots read, with their kinds (sorted, deduplicated).
+    pub fn slots(&self) -> Vec<(u32, LeafKind)> {
+        let mut v: Vec<(u32, LeafKind)> = self
+            .leaves
+            .iter()
+            .filter_map(|l| match l.src {
+                LeafSrc::Slot { slot, kind } => Some((slot, kind)),
+                LeafSrc::Iota { .. } => None,
+            })
+            .collect();
+        v.sort_by_key(|&(s, k)| (s, k as u8));
+        v.dedup();
+        v
+    }
+
+    /// Checks the program itself: dimensions, register numbering and def-before-use.
+    pub fn validate_program(&self) -> Result<(), String> {
+        self.shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as usize)
+            .ok_or_else(|| format!("expression shape {:?} is too large", self.shape))?;
+        let nr = self.num_regs as usize;
+        if nr > 1 << 16 {
+            return Err(format!("expression has {nr} registers"));
+        }
+        for (i, l) in self.leaves.iter().enumerate() {
+            if l.strides.len() != self.shape.len() {
+                return Err(format!(
+                    "leaf {i} has {} strides for a {}-d iteration space",
+                    l.strides.len(),
+                    self.shape.len()
+                ));
+            }
+            if let LeafSrc::Iota { start, step } = l.src {
+                if !start.is_finite() || !step.is_finite() {
+                    return Err(format!(
+                        "leaf {i} is an iota with a non-finite start or step"
+                    ));
+                }
+            }
+        }
+        let mut defined = vec![false; nr];
+        for (i, inst) in self.insts.iter().enumerate() {
+            let d = inst.dst as usize;
+            if d >= nr {
+                return Err(format!("instruction {i} writes register {d} of {nr}"));
+            }
+            for r in inst.op.reads() {
+                let r = r as usize;
+                if r >= nr || !defined[r] {
+                    return Err(format!(
+                        "instruction {i} reads register {r} before it is written"
+                    ));
+                }
+                if r == d {
+                    return Err(format!("instruction {i} reads its own destination {d}"));
+                }
+            }
+            if let InstOp::Load(l) = inst.op {
+                if l as usize >= self.leaves.len() {
+                    return Err(format!(
+                        "instruction {i} loads leaf {l} of {}",
+                        self.leaves.len()
+                    ));
+                }
+            }
+            defined[d] = true;
+        }
+        for &o in &self.outputs {
+            if o as usize >= nr || !defined[o as usize] {
+                return Err(format!("output register {o} is never written"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every leaf access stays inside its source for sources of these lengths and kinds;
+    /// called once before running (so a corrupted artifact is an error, never UB or a panic).
+    pub fn validate(&self, srcs: &[Src<'_>]) -> Result<(), String> {
+        self.validate_program()?;
+        for (i, l) in self.leaves.iter().enumerate() {
+            let LeafSrc::Slot { slot, kind } = l.src else {
+                continue;
+            };
+            let src = srcs.get(slot as usize).ok_or_else(|| {
+                format!(
+                    "leaf {i} reads operand {slot}, but the kernel has {}",
+                    srcs.len()
+                )
+            })?;
+            let ok = matches!(
+                (kind, src),
+                (LeafKind::F32, Src::F32(_))
+                    | (LeafKind::Bool, Src::Bool(_))
+                    | (LeafKind::I64, Src::I64(_))
+            );
+            if !ok {
+                return Err(format!(
+                    "leaf {i} reads operand {slot} as {kind:?}, but it has another element type"
+                ));
+            }
+            if let Some((lo, hi)) = l.address_range(&self.shape) {
+                if lo < 0 || hi >= src.len() as i128 {
+                    return Err(format!(
+                        "leaf {i} reads addresses {lo}..={hi} of operand {slot}, which has {} elements",
+                        src.len()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates flat iteration indices `start..end`; output `k`'s value at flat index `i` goes
+    /// to `outs[k][i - start]`. The expression must have been validated against `srcs`.
+    pub fn eval_range(&self, srcs: &[Src<'_>], start: usize, end: usize, outs: &mut [&mut [f32]]) {
+        assert_eq!(outs.len(), self.outputs.len(), "one buffer per output");
+        let end = end.min(self.numel());
+        if start >= end {
+            return;
+        }
+        for o in outs.iter() {
+            assert!(o.len() >= end - start, "output buffer too short");
+        }
+        let plan = Plan::new(self);
+        SCRATCH.with(|cell| {
+            let mut regs = std::mem::take(&mut *cell.borrow_mut());
+            if regs.len() < self.num_regs as usize {
+                regs.resize_with(self.num_regs as usize, || vec![0.0; BLOCK]);
+            }
+            self.eval_blocks(&plan, srcs, start, end, outs, &mut regs);
+            *cell.borrow_mut() = regs;
+        });
+    }
+
+    fn eval_blocks(
+        &self,
+        plan: &Plan,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above).
+                unsafe { self.eval_blocks_avx2(plan, srcs, start, end, outs, regs) };
+                return;
+            }
+        }
+        self.eval_blocks_generic(plan, srcs, start, end, outs, regs);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn eval_blocks_avx2(
+        &self,
+        plan: &Plan,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+    ) {
+        self.eval_blocks_generic(plan, srcs, start, end, outs, regs)
+    }
+
+    #[inline(always)]
+    fn eval_blocks_generic(
+        &self,
+        plan: &Plan,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+    ) {
+        let mut idx = vec![0usize; plan.dims.len()];
+        let mut pos = start;
+        while pos < end {
+            let n = (end - pos).min(BLOCK);
+            plan.unflatten(pos, &mut idx);
+            for inst in &self.insts {
+                let mut d = std::mem::take(&mut regs[inst.dst as usize]);
+                let dst = &mut d[..n];
+                match inst.op {
+                    InstOp::Load(l) => {
+                        let leaf = &self.leaves[l as usize];
+                        load(leaf, &plan.strides[l as usize], &plan.dims, &idx, srcs, dst);
+                    }
+                    InstOp::Const(c) => dst.fill(c),
+                    InstOp::Un(op, a) => run_un(op, dst, &regs[a as usize][..n]),
+                    InstOp::Bin(op, a, b) => {
+                        run_bin(op, dst, &regs[a as usize][..n], &regs[b as usize][..n])
+                    }
+                    InstOp::BinC(op, a, c) => run_bin_c(op, dst, &regs[a as usize][..n], c),
+                    InstOp::CBin(op, c, a) => run_c_bin(op, dst, c, &regs[a as usize][..n]),
+                    InstOp::Select(c, a, b) => {
+                        let (c, a, b) = (
+                            &regs[c as usize][..n],
+                            &regs[a as usize][..n],
+                            &regs[b as usize][..n],
+                        );
+                        for (o, ((&c, &x), &y)) in dst.iter_mut().zip(c.iter().zip(a).zip(b)) {
+                            *o = if c != 0.0 { x } else { y };
+                        }
+                    }
+                    InstOp::PowI(a, k) => run_powi(dst, &regs[a as usize][..n], k),
+                }
+                regs[inst.dst as usize] = d;
+            }
+            let off = pos - start;
+            for (o, &r) in outs.iter_mut().zip(&self.outputs) {
+                o[off..off + n].copy_from_slice(&regs[r as usize][..n]);
+            }
+            pos += n;
+        }
+    }
+}
+
+/// Loads `dst.len()` consecutive iteration elements starting at multi-index `idx0`.
+#[inline(always)]
+fn load(
+    leaf: &Leaf,
+    strides: &[i64],
+    dims: &[usize],
+    idx0: &[usize],
+    srcs: &[Src<'_>],
+    dst: &mut [f32],
+) {
+    let last = dims.len() - 1;
+    let inner = strides[last];
+    let mut idx = idx0.to_vec();
+    let n = dst.len();
+    let mut pos = 0;
+    while pos < n {
+        let len = (n - pos).min(dims[last] - idx[last]);
+        let mut base = leaf.offset;
+        for (&i, &s) in idx.iter().zip(strides) {
+            base += i as i64 * s;
+        }
+        let out = &mut dst[pos..pos + len];
+        match leaf.src {
+            LeafSrc::Slot { slot, .. } => match srcs[slot as usize] {
+                Src::F32(v) => gather(v, base, inner, out, |x| x),
+                Src::Bool(v) => gather(v, base, inner, out, |x| if x { 1.0 } else { 0.0 }),
+                Src::I64(v) => gather(v, base, inner, out, |x| x as f32),
+            },
+            LeafSrc::Iota { start, step } => {
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = (start + (base + j as i64 * inner) as f64 * step) as f32;
+                }
+            }
+        }
+        pos += len;
+        // Advance the multi-index by `len` (the inner segment ends or the block does).
+        idx[last] += len;
+        let mut k = last;
+        while idx[k] == dims[k] && k > 0 {
+            idx[k] = 0;
+            k -= 1;
+            idx[k] += 1;
+        }
+    }
+}
+
+#[inline(always)]
+fn gather<T: Copy>(v: &[T], base: i64, stride: i64, out: &mut [f32], f: impl Fn(T) -> f32) {
+    let len = out.len();
+    if stride == 1 {
+        let b = base as usize;
+        for (o, &x) in out.iter_mut().zip(&v[b..b + len]) {
+            *o = f(x);
+        }
+    } else if stride == 0 {
+        out.fill(f(v[base as usize]));
+    } else {
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = f(v[(base + j as i64 * stride) as usize]);
+        }
+    }
+}
+
+/// Runs the expression over its whole iteration space, in parallel (rayon) over fixed-size
+/// blocks (block size independent of the thread count, so results are bitwise identical for
+/// any number of threads). `outs[k]` has `numel(shape)` elements.
+pub fn run_elementwise(e: &Expr, srcs: &[Src<'_>], outs: &mut [&mut [f32]]) {
+    let total = e.numel();
+    if total <= TASK {
+        e.eval_range(srcs, 0, total, outs);
+        return;
+    }
+    let tasks = total.div_ceil(TASK);
+    let mut per_task: Vec<Vec<&mut [f32]>> = (0..tasks).map(|_| Vec::new()).collect();
+    for o in outs.iter_mut() {
+        for (t, s) in o[..total].chunks_mut(TASK).enumerate() {
+            per_task[t].push(s);
+        }
+    }
+    per_task
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(t, mut os)| {
+            let s = t * TASK;
+            e.eval_range(srcs, s, (s + TASK).min(total), &mut os);
+        });
+}
+
+/// A value of an expression under construction.
+pub type Val = u32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Leaf(u32),
+    Const(u32),
+    Un(UnOp, Val),
+    Bin(BinOp, Val, Val),
+    BinC(BinOp, Val, u32),
+    CBin(BinOp, u32, Val),
+    Select(Val, Val, Val),
+    PowI(Val, i32),
+}
+
+/// Builds an [`Expr`]: values are SSA numbers; [`finish`](ExprBuilder::finish) removes dead
+/// code and allocates registers.
+#[derive(Clone, Debug)]
+pub struct ExprBuilder {
+    shape: Vec<usize>,
+    leaves: Vec<Leaf>,
+    ops: Vec<InstOp>,
+    consts: Vec<Option<f32>>,
+    memo: HashMap<Key, Val>,
+}
+
+impl ExprBuilder {
+    /// A builder over iteration space `shape`.
+    pub fn new(shape: &[usize]) -> ExprBuilder {
+        ExprBuilder {
+            shape: shape.to_vec(),
+            leaves: vec![],
+            ops: vec![],
+            consts: vec![],
+            memo: HashMap::new(),
+        }
+    }
+
+    /// The iteration space.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn push(&mut self, key: Key, op: InstOp, c: Option<f32>) -> Val {
+        if let Some(&v) = self.memo.get(&key) {
+            return v;
+        }
+        let v = self.ops.len() as Val;
+        self.ops.push(op);
+        self.consts.push(c);
+        self.memo.insert(key, v);
+        v
+    }
+
+    /// The constant value of `v`, if it is one.
+    pub fn as_const(&self, v: Val) -> Option<f32> {
+        self.consts.get(v as usize).copied().flatten()
+    }
+
+    /// A leaf (identical leaves are loaded once). `leaf.strides` has one entry per dimension.
+    pub fn leaf(&mut self, leaf: Leaf) -> Val {
+        let i = match self.leaves.iter().position(|l| *l == leaf) {
+            Some(i) => i,
+            None => {
+                self.leaves.push(leaf);
+                self.leaves.len() - 1
+            }
+        } as u32;
+        self.push(Key::Leaf(i), InstOp::Load(i), None)
+    }
+
+    /// A constant.
+    pub fn constant(&mut self, c: f32) -> Val {
+        self.push(Key::Const(c.to_bits()), InstOp::Const(c), Some(c))
+    }
+
+    /// `op(a)`.
+    pub fn un(&mut self, op: UnOp, a: Val) -> Val {
+        if let Some(x) = self.as_const(a) {
+            return self.constant(apply_un(op, x));
+        }
+        self.push(Key::Un(op, a), InstOp::Un(op, a), None)
+    }
+
+    /// `op(a, b)`.
+    pub fn bin(&mut self, op: BinOp, a: Val, b: Val) -> Val {
+        match (self.as_const(a), self.as_const(b)) {
+            (Some(x), Some(y)) => self.constant(apply_bin(op, x, y)),
+            (None, Some(y)) => self.bin_c(op, a, y),
+            (Some(x), None) => {
+                self.push(Key::CBin(op, x.to_bits(), b), InstOp::CBin(op, x, b), None)
+            }
+            (None, None) => self.push(Key::Bin(op, a, b), InstOp::Bin(op, a, b), None),
+        }
+    }
+
+    /// `op(a, c)` with a constant `c`.
+    pub fn bin_c(&mut self, op: BinOp, a: Val, c: f32) -> Val {
+        if let Some(x) = self.as_const(a) {
+            return self.constant(apply_bin(op, x, c));
+        }
+        match op {
+            BinOp::Pow if c.fract() == 0.0 && c.abs() <= 64.0 => return self.powi(a, c as i32),
+            BinOp::Pow if c == 0.5 => return self.un(UnOp::Sqrt, a),
+            BinOp::Pow if c == -0.5 => return self.un(UnOp::Rsqrt, a),
+            _ => {}
+        }
+        self.push(Key::BinC(op, a, c.to_bits()), InstOp::BinC(op, a, c), None)
+    }
+
+    /// `if c != 0 { a } else { b }`.
+    pub fn select(&mut self, c: Val, a: Val, b: Val) -> Val {
+        if let Some(k) = self.as_const(c) {
+            return if k != 0.0 { a } else { b };
+        }
+        if a == b {
+            return a;
+        }
+        self.push(Key::Select(c, a, b), InstOp::Select(c, a, b), None)
+    }
+
+    /// `a^n` for an integer `n`.
+    pub fn powi(&mut self, a: Val, n: i32) -> Val {
+        if let Some(x) = self.as_const(a) {
+            return self.constant(math::powi(x, n));
+        }
+        if n == 1 {
+            return a;
+        }
+        self.push(Key::PowI(a, n), InstOp::PowI(a, n), None)
+    }
+
+    /// The finished expression computing `outputs` (in order).
+    pub fn finish(self, outputs: &[Val]) -> Expr {
+        let n = self.ops.len();
+        // Liveness: mark values reachable from the outputs.
+        let mut live = vec![false; n];
+        for &o in outputs {
+            live[o as usize] = true;
+        }
+        for v in (0..n).rev() {
+            if live[v] {
+                for r in self.ops[v].reads() {
+                    live[r as usize] = true;
+                }
+            }
+        }
+        // Last use of each value (outputs live to the end).
+        let mut last = vec![0usize; n];
+        for (v, op) in self.ops.iter().enumerate() {
+            if live[v] {
+                for r in op.reads() {
+                    last[r as usize] = last[r as usize].max(v);
+                }
+            }
+        }
+        for &o in outputs {
+            last[o as usize] = usize::MAX;
+        }
+        // Keep only the leaves that live loads use.
+        let mut leaf_map = vec![u32::MAX; self.leaves.len()];
+        let mut leaves = vec![];
+        for (&lv, op) in live.iter().zip(&self.ops) {
+            if let (true, InstOp::Load(l)) = (lv, *op) {
+                if leaf_map[l as usize] == u32::MAX {
+                    leaf_map[l as usize] = leaves.len() as u32;
+                    leaves.push(self.leaves[l as usize].clone());
+                }
+            }
+        }
+        // Linear-scan register allocation: a register is freed after its value's last use,
+        // and a destination never shares a register with an operand of its own instruction.
+        let mut reg = vec![u32::MAX; n];
+        let mut free: Vec<u32> = vec![];
+        let mut num_regs = 0u32;
+        let mut insts = vec![];
+        let mut dying: Vec<Vec<usize>> = vec![vec![]; n];
+        for v in 0..n {
+            if live[v] && last[v] != usize::MAX && last[v] > v {
+                dying[last[v]].push(v);
+            }
+        }
+        for v in 0..n {
+            if !live[v] {
+                continue;
+            }
+            let r = free.pop().unwrap_or_else(|| {
+                num_regs += 1;
+                num_regs - 1
+            });
+            reg[v] = r;
+            let op = match self.ops[v] {
+                InstOp::Load(l) => InstOp::Load(leaf_map[l as usize]),
+                other => other.map_regs(|a| reg[a as usize]),
+            };
+            insts.push(Inst { dst: r, op });
+            for &d in &dying[v] {
+                free.push(reg[d]);
+            }
+        }
+        Expr {
+            shape: self.shape,
+            leaves,
+            insts,
+            num_regs,
+            outputs: outputs.iter().map(|&o| reg[o as usize]).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contiguous(shape: &[usize]) -> Vec<i64> {
+        let mut s = vec![0i64; shape.len()];
+        let mut acc = 1i64;
+        for k in (0..shape.len()).rev() {
+            s[k] = acc;
+            acc *= shape[k] as i64;
+        }
+        s
+    }
+
+    #[test]
+    fn broadcast_add_and_register_reuse() {
+        let shape = [3usize, 1000];
+        let mut b = ExprBuilder::new(&shape);
+        let x = b.leaf(Leaf {
+            src: LeafSrc::Slot {
+                slot: 0,
+                kind: LeafKind::F32,
+            },
+            offset: 0,
+            strides: contiguous(&shape),
+        });
+        let bias = b.leaf(Leaf {
+            src: LeafSrc::Slot {
+                slot: 1,
+                kind: LeafKind::F32,
+            },
+            offset: 0,
+            strides: vec![0, 1],
+        });
+        let s = b.bin(BinOp::Add, x, bias);
+        let t = b.un(UnOp::Relu, s);
+        let two = b.constant(2.0);
+        let u = b.bin(BinOp::Mul, t, two);
+        let e = b.finish(&[u]);
+        let xs: Vec<f32> = (0..3000).map(|i| i as f32 - 1500.0).collect();
+        let bs: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+        let srcs = [Src::F32(&xs), Src::F32(&bs)];
+        e.validate(&srcs).unwrap();
+        let mut out = vec![0.0; 3000];
+        run_elementwise(&e, &srcs, &mut [&mut out]);
+        for i in 0..3000 {
+            let want = 2.0 * (xs[i] + bs[i % 1000]).max(0.0);
+            assert_eq!(out[i], want, "{i}");
+        }
+        assert!(e.num_regs <= 3, "{e:?}");
+        assert!(e.validate(&srcs[..1]).is_err());
+        let short = vec![0.0; 999];
+        assert!(e.validate(&[Src::F32(&xs), Src::F32(&short)]).is_err());
+    }
+}

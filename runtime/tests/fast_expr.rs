@@ -1,0 +1,410 @@
+//! The fast runtime's `f32` math against `f64` references over wide ranges and special values,
+//! and the expression evaluator on strided, broadcast and masked programs.
+//!
+//! Throughput: `cargo test --release -p fxhlo-runtime --test fast_expr -- --ignored --nocapture`.
+
+use fxhlo_runtime::fast::expr::{
+    run_elementwise, BinOp, Expr, ExprBuilder, Leaf, LeafKind, LeafSrc, UnOp,
+};
+use fxhlo_runtime::fast::math;
+use fxhlo_runtime::fast::Src;
+
+/// Test points: a sweep of every `step`-th bit pattern of both signs, plus special values.
+fn points(step: u32) -> Vec<f32> {
+    let mut v = vec![
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        -f32::MIN_POSITIVE,
+        1e-45,
+        -1e-45,
+        f32::MAX,
+        f32::MIN,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        0.35,
+        -0.35,
+        88.72,
+        88.73,
+        -87.3,
+        -103.9,
+        -104.0,
+        9.0,
+        -9.0,
+    ];
+    let mut b = 0u32;
+    while b < 0x7f80_0000 {
+        let x = f32::from_bits(b);
+        v.push(x);
+        v.push(-x);
+        b += step;
+    }
+    // Dense around the interesting range [-20, 20].
+    for i in -200_000..=200_000 {
+        v.push(i as f32 * 1e-4);
+        v.push(i as f32 * 1e-1 / 1000.0 * 1.000_013);
+    }
+    v
+}
+
+/// Largest error of `f` against `r` over `xs`: `|f(x) - r(x)| / max(|r(x)|, floor)`, with
+/// NaN/inf required to match exactly. Returns the error and the worst input.
+fn max_err(xs: &[f32], f: impl Fn(f32) -> f32, r: impl Fn(f64) -> f64, floor: f64) -> (f64, f32) {
+    let mut worst = (0.0f64, 0.0f32);
+    for &x in xs {
+        let y = f(x) as f64;
+        let e = r(x as f64);
+        let ef = e as f32;
+        if e.is_nan() {
+            assert!(y.is_nan(), "f({x:e}) = {y:e}, expected NaN");
+            continue;
+        }
+        if ef.is_infinite() {
+            assert_eq!(y, ef as f64, "f({x:e}) = {y:e}, expected {ef}");
+            continue;
+        }
+        assert!(y.is_finite(), "f({x:e}) = {y:e}, expected {e:e}");
+        let err = (y - e).abs() / e.abs().max(floor);
+        if err > worst.0 {
+            worst = (err, x);
+        }
+    }
+    worst
+}
+
+fn check(name: &str, f: impl Fn(f32) -> f32, r: impl Fn(f64) -> f64, floor: f64, bound: f64) {
+    let xs = points(4099);
+    let (err, at) = max_err(&xs, f, r, floor);
+    println!("{name:<10} max error {err:.3e} at {at:e}");
+    assert!(
+        err <= bound,
+        "{name}: error {err:e} at x = {at:e} exceeds {bound:e}"
+    );
+}
+
+fn erf64(x: f64) -> f64 {
+    libm::erf(x)
+}
+
+#[test]
+fn exp_accuracy() {
+    check("exp", math::exp, f64::exp, f32::MIN_POSITIVE as f64, 2.5e-7);
+}
+
+#[test]
+fn expm1_accuracy() {
+    check("expm1", math::expm1, f64::exp_m1, 1e-38, 3e-7);
+}
+
+#[test]
+fn log_accuracy() {
+    check("log", math::log, f64::ln, 1e-38, 3e-7);
+    check("log2", math::log2, f64::log2, 1e-38, 3e-7);
+    check("log10", math::log10, f64::log10, 1e-38, 3e-7);
+}
+
+#[test]
+fn log1p_accuracy() {
+    check("log1p", math::log1p, f64::ln_1p, 1e-38, 4e-7);
+}
+
+#[test]
+fn tanh_sigmoid_accuracy() {
+    check("tanh", math::tanh, f64::tanh, 1e-38, 5e-7);
+    check(
+        "sigmoid",
+        math::sigmoid,
+        |x| 1.0 / (1.0 + (-x).exp()),
+        1e-38,
+        5e-7,
+    );
+    check("silu", math::silu, |x| x / (1.0 + (-x).exp()), 1e-30, 5e-7);
+}
+
+#[test]
+fn erf_accuracy() {
+    check("erf", math::erf, erf64, 1e-38, 4e-7);
+    // erfc keeps its relative accuracy into the tail (to ~1e-36 at x = 9).
+    let xs: Vec<f32> = (0..90_000).map(|i| i as f32 * 1e-4).collect();
+    let (e, at) = max_err(&xs, math::erfc, libm::erfc, 1e-38);
+    println!("erfc       max error {e:.3e} at {at:e}");
+    assert!(e < 5e-7, "erfc error {e:e} at {at}");
+}
+
+#[test]
+fn gelu_accuracy() {
+    let exact = |x: f64| {
+        if x == f64::NEG_INFINITY {
+            f64::NAN
+        } else {
+            0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+        }
+    };
+    check("gelu_erf", math::gelu_erf, exact, 1e-12, 1e-6);
+    let k = (2.0 / std::f64::consts::PI).sqrt();
+    let tanh_form = |x: f64| {
+        if x == f64::NEG_INFINITY {
+            f64::NAN
+        } else if x == f64::INFINITY {
+            x
+        } else {
+            let u = k * (x + 0.044715 * x * x * x);
+            x / (1.0 + (-2.0 * u).exp())
+        }
+    };
+    // The argument k(x + 0.044715x³) is rounded to f32 (as in PyTorch), which for x < -4 costs a
+    // few 1e-6 of relative error in the tiny result.
+    check("gelu_tanh", math::gelu_tanh, tanh_form, 1e-12, 6e-6);
+}
+
+#[test]
+fn special_values_match_torch() {
+    assert!(math::exp(f32::NAN).is_nan());
+    assert_eq!(math::exp(-1000.0), 0.0);
+    assert_eq!(math::exp(1000.0), f32::INFINITY);
+    assert!(math::exp(-100.0) > 0.0, "denormal results are kept");
+    assert!(math::log(-0.0) == f32::NEG_INFINITY);
+    assert!(math::log(f32::NEG_INFINITY).is_nan());
+    assert_eq!(math::log(f32::INFINITY), f32::INFINITY);
+    assert_eq!(math::log1p(-1.0), f32::NEG_INFINITY);
+    assert!(math::log1p(-2.0).is_nan());
+    assert_eq!(math::log1p(1e-30), 1e-30);
+    assert_eq!(math::expm1(1e-30), 1e-30);
+    assert!(math::gelu_erf(f32::NEG_INFINITY).is_nan());
+    assert!(math::gelu_tanh(f32::NEG_INFINITY).is_nan());
+    assert_eq!(math::gelu_erf(-30.0), 0.0);
+    assert_eq!(math::tanh(-0.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(math::max_nan(-0.5, 0.0), 0.0);
+    assert_eq!(math::remainder(-7.0, 3.0), 2.0);
+    assert_eq!(math::div_floor(-7.0, 2.0), -4.0);
+    assert_eq!(math::powi(3.0, 3), 27.0);
+    assert_eq!(math::powi(2.0, -3), 0.125);
+}
+
+fn slot(slot: u32, offset: i64, strides: Vec<i64>) -> Leaf {
+    Leaf {
+        src: LeafSrc::Slot {
+            slot,
+            kind: LeafKind::F32,
+        },
+        offset,
+        strides,
+    }
+}
+
+fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
+        })
+        .collect()
+}
+
+#[test]
+fn transposed_sliced_masked_program() {
+    // out[i, j] = where(x^T[i, j] > 0, x^T[i, j] * s[j % 5 + 2] , iota) with x: [40, 30].
+    let (m, n) = (30usize, 40usize);
+    let x = rand_vec(n * m, 1);
+    let s = rand_vec(50, 2);
+    let mut b = ExprBuilder::new(&[m, n]);
+    let xt = b.leaf(slot(0, 0, vec![1, m as i64]));
+    let sv = b.leaf(slot(1, 3, vec![0, 1]));
+    let io = b.leaf(Leaf {
+        src: LeafSrc::Iota {
+            start: 0.5,
+            step: 0.25,
+        },
+        offset: 0,
+        strides: vec![n as i64, 1],
+    });
+    let pos = b.bin_c(BinOp::Gt, xt, 0.0);
+    let prod = b.bin(BinOp::Mul, xt, sv);
+    let w = b.select(pos, prod, io);
+    let e = b.finish(&[w, prod]);
+    let srcs = [Src::F32(&x), Src::F32(&s)];
+    e.validate(&srcs).unwrap();
+    let mut o0 = vec![0.0; m * n];
+    let mut o1 = vec![0.0; m * n];
+    run_elementwise(&e, &srcs, &mut [&mut o0, &mut o1]);
+    for i in 0..m {
+        for j in 0..n {
+            let xv = x[j * m + i];
+            let p = xv * s[3 + j];
+            let want = if xv > 0.0 {
+                p
+            } else {
+                (0.5 + (i * n + j) as f64 * 0.25) as f32
+            };
+            assert_eq!(o0[i * n + j], want, "({i}, {j})");
+            assert_eq!(o1[i * n + j], p);
+        }
+    }
+    // A partial range writes only its slice.
+    let mut part = vec![0.0; 7];
+    let mut part1 = vec![0.0; 7];
+    e.eval_range(&srcs, 33, 40, &mut [&mut part, &mut part1]);
+    assert_eq!(&part[..], &o0[33..40]);
+    // The slice s[3 + j] for j < 40 reads up to index 42 of 50; offset 11 would overrun.
+    let mut b = ExprBuilder::new(&[m, n]);
+    let bad = b.leaf(slot(1, 11, vec![0, 1]));
+    let e = b.finish(&[bad]);
+    assert!(e.validate(&srcs).is_err());
+}
+
+#[test]
+fn corrupted_programs_are_rejected() {
+    let mut b = ExprBuilder::new(&[4]);
+    let x = b.leaf(slot(0, 0, vec![1]));
+    let y = b.un(UnOp::Exp, x);
+    let e = b.finish(&[y]);
+    let xs = [1.0f32; 4];
+    e.validate(&[Src::F32(&xs)]).unwrap();
+    let json = serde_json::to_string(&e).unwrap();
+    // A register read before it is written, a leaf past the end, a wrong operand kind.
+    for (from, to) in [
+        ("\"Exp\",0", "\"Exp\",5"),
+        ("\"Load\":0", "\"Load\":3"),
+        ("\"strides\":[1]", "\"strides\":[2]"),
+        ("\"strides\":[1]", "\"strides\":[1,1]"),
+        ("\"kind\":\"F32\"", "\"kind\":\"Bool\""),
+    ] {
+        assert!(json.contains(from), "{json}");
+        let bad: Expr = serde_json::from_str(&json.replacen(from, to, 1)).unwrap();
+        assert!(bad.validate(&[Src::F32(&xs)]).is_err(), "{from} -> {to}");
+    }
+    let bools = [true; 4];
+    assert!(e.validate(&[Src::Bool(&bools)]).is_err());
+}
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let n = 100_003usize;
+    let x = rand_vec(n, 3);
+    let mut b = ExprBuilder::new(&[n]);
+    let l = b.leaf(slot(0, 0, vec![1]));
+    let g = b.un(UnOp::GeluErf, l);
+    let t = b.un(UnOp::Tanh, g);
+    let e = b.finish(&[t]);
+    let srcs = [Src::F32(&x)];
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let mut out = vec![0.0; n];
+        pool.install(|| run_elementwise(&e, &srcs, &mut [&mut out]));
+        out
+    };
+    let a = run(1);
+    let b2 = run(3);
+    assert!(a.iter().zip(&b2).all(|(p, q)| p.to_bits() == q.to_bits()));
+    for (i, &v) in a.iter().enumerate() {
+        let want = math::tanh(math::gelu_erf(x[i]));
+        assert_eq!(v.to_bits(), want.to_bits());
+    }
+}
+
+/// GB/s of `gelu(x*w+b)*sigmoid(x)+x` on a 4096x4096 `x` with `[4096]` `w` and `b`.
+#[test]
+#[ignore]
+fn throughput_gelu_chain() {
+    let (m, n) = (4096usize, 4096usize);
+    let x = rand_vec(m * n, 5);
+    let w = rand_vec(n, 6);
+    let bias = rand_vec(n, 7);
+    let mut b = ExprBuilder::new(&[m, n]);
+    let xv = b.leaf(slot(0, 0, vec![n as i64, 1]));
+    let wv = b.leaf(slot(1, 0, vec![0, 1]));
+    let bv = b.leaf(slot(2, 0, vec![0, 1]));
+    let t = b.bin(BinOp::Mul, xv, wv);
+    let t = b.bin(BinOp::Add, t, bv);
+    let g = b.un(UnOp::GeluErf, t);
+    let s = b.un(UnOp::Sigmoid, xv);
+    let p = b.bin(BinOp::Mul, g, s);
+    let o = b.bin(BinOp::Add, p, xv);
+    let e = b.finish(&[o]);
+    let srcs = [Src::F32(&x), Src::F32(&w), Src::F32(&bias)];
+    e.validate(&srcs).unwrap();
+    let mut out = vec![0.0; m * n];
+    for threads in [1usize, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t0 = std::time::Instant::now();
+            pool.install(|| run_elementwise(&e, &srcs, &mut [&mut out]));
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+        let bytes = (2 * m * n * 4) as f64;
+        println!(
+            "gelu chain 4096x4096 threads={threads}: {:.2} ms, {:.2} GB/s (read x + write out)",
+            best * 1e3,
+            bytes / best / 1e9
+        );
+        // A plain copy for reference.
+        let mut best_copy = f64::MAX;
+        for _ in 0..5 {
+            let t0 = std::time::Instant::now();
+            pool.install(|| {
+                use rayon::prelude::*;
+                out.par_chunks_mut(1 << 16)
+                    .zip(x.par_chunks(1 << 16))
+                    .for_each(|(o, i)| o.copy_from_slice(i))
+            });
+            best_copy = best_copy.min(t0.elapsed().as_secs_f64());
+        }
+        println!(
+            "memcpy     4096x4096 threads={threads}: {:.2} ms, {:.2} GB/s",
+            best_copy * 1e3,
+            bytes / best_copy / 1e9
+        );
+    }
+}
+
+#[test]
+#[ignore]
+fn throughput_per_op() {
+    let n = 1 << 22;
+    let x = rand_vec(n, 5);
+    let srcs = [Src::F32(&x)];
+    let mut out = vec![0.0; n];
+    for op in [
+        UnOp::Neg,
+        UnOp::Exp,
+        UnOp::Log,
+        UnOp::Tanh,
+        UnOp::Sigmoid,
+        UnOp::Erf,
+        UnOp::GeluErf,
+        UnOp::GeluTanh,
+    ] {
+        let mut b = ExprBuilder::new(&[n]);
+        let xv = b.leaf(slot(0, 0, vec![1]));
+        let o = b.un(op, xv);
+        let e = b.finish(&[o]);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t0 = std::time::Instant::now();
+            pool.install(|| run_elementwise(&e, &srcs, &mut [&mut out]));
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+        println!("{op:?}: {:.2} ns/elem", best * 1e9 / n as f64);
+    }
+}
