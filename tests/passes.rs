@@ -39,3 +39,27 @@ fn o2_matches_o0_on_every_model() {
         }
     }
 }
+
+/// The composite patterns (softmax, layer norm, GELU, SiLU, attention) of every testdata
+/// model, unoptimized and after -O2, as `fxhlo opt --print-composites` prints them.
+#[test]
+fn composites_of_every_model() {
+    for dir in testdata() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let case = load_case(&dir, None).unwrap();
+        let g0 = &case.model.graph;
+        let mut text = format!(
+            "-O0:\n{}",
+            fxhlo_passes::composite::print(g0, &fxhlo_passes::composite::find(g0))
+        );
+        let mut opt = case.model.graph.clone();
+        let mut cx = Cx::default();
+        PassManager::for_level(2)
+            .run(&mut opt, &mut cx, &mut |_, _| {})
+            .unwrap();
+        assert_eq!(cx.composites, fxhlo_passes::composite::find(&opt));
+        text.push_str("-O2:\n");
+        text.push_str(&fxhlo_passes::composite::print(&opt, &cx.composites));
+        insta::assert_snapshot!(format!("composites_{name}"), text);
+    }
+}
