@@ -61,7 +61,7 @@ impl ConvSpec {
         dilation: [usize; 2],
         groups: usize,
     ) -> Result<Self, String> {
-        if groups == 0 || x[1] != w[1] * groups || w[0] % groups != 0 {
+        if groups == 0 || x[1] != w[1] * groups || !w[0].is_multiple_of(groups) {
             return Err(format!(
                 "input {x:?} and weight {w:?} do not fit groups={groups}"
             ));
@@ -150,7 +150,7 @@ impl ConvSpec {
             return Err(format!("convolution {self:?} has a size beyond 2^31"));
         }
         let g = self.groups;
-        if g == 0 || self.cin % g != 0 || self.cout % g != 0 {
+        if g == 0 || !self.cin.is_multiple_of(g) || !self.cout.is_multiple_of(g) {
             return Err(format!(
                 "groups={g} must divide cin={} and cout={}",
                 self.cin, self.cout
