@@ -495,6 +495,12 @@ fn conv_resnet_shapes() {
         true,
         "many tiles",
     );
+    // One image, one tile: the GEMM itself runs in parallel.
+    check_conv(
+        &conv([1, 64, 7, 7], 32, [3, 3], 1, 1, 1, 1),
+        true,
+        "one tile, inner-parallel",
+    );
 }
 
 #[test]
@@ -581,6 +587,9 @@ fn conv_bitwise_same_on_1_and_2_threads() {
         conv([1, 32, 40, 40], 16, [3, 3], 2, 1, 1, 1),
         conv([2, 8, 30, 30], 8, [3, 3], 1, 1, 1, 8),
         conv([1, 64, 16, 16], 32, [1, 1], 1, 0, 1, 1),
+        // One image, one tile: the GEMM itself is split over the pool.
+        conv([1, 256, 7, 7], 128, [3, 3], 1, 1, 1, 1),
+        conv([1, 256, 7, 7], 512, [1, 1], 1, 0, 1, 1),
     ] {
         let x = rnd(spec.input_len(), 1);
         let w = rnd(spec.weight_len(), 2);

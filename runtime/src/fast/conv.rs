@@ -297,6 +297,16 @@ fn gemm_image(spec: &ConvSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: 
     let tiles = p.div_ceil(tile);
     let optr = SendPtr(out.as_mut_ptr());
     let pointwise = spec.is_pointwise();
+    // Few jobs in all (e.g. one image of a late, small-spatial layer): let the GEMM crate split
+    // each product over the pool as well. It splits rows and columns, never `k`, so the bits
+    // stay independent of the thread count; the scratch is then not thread-local (a worker
+    // waiting inside the GEMM may start another tile).
+    let inner = spec.n * g * tiles < 4;
+    let par = if inner {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
     (0..g * tiles).into_par_iter().for_each(|job| {
         let (grp, t) = (job / tiles, job % tiles);
         let p0 = t * tile;
@@ -328,11 +338,15 @@ fn gemm_image(spec: &ConvSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: 
                 false,
                 false,
                 false,
-                gemm::Parallelism::None,
+                par,
             );
         };
         if pointwise {
             run(&xg[p0..], hw);
+        } else if inner {
+            let mut cols = vec![0.0; kdim * nt];
+            im2col(spec, xg, cin_g, p0, nt, &mut cols);
+            run(&cols, nt);
         } else {
             SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
