@@ -1,7 +1,8 @@
 //! Fused elementwise expressions: a register program evaluated block by block.
 //!
 //! An [`Expr`] computes one or more `f32` outputs over a row-major iteration space
-//! ([`Expr::shape`]). Its inputs are [`Leaf`] accesses: an operand slot read at
+//! ([`Expr::shape`]; internally [`Expr::dims`], the same space with some dimensions split, which
+//! keeps the flat order and lets reshapes that split a dimension stay affine). Its inputs are [`Leaf`] accesses: an operand slot read at
 //! `offset + Σ index[d] * strides[d]` (so permutes, slices, broadcasts and reshapes of the
 //! operand cost nothing), or an iota (`start + address * step`, for `arange`). The program is a
 //! list of [`Inst`]s over virtual registers, each register a block of [`BLOCK`] `f32` values:
@@ -64,7 +65,7 @@ pub struct Leaf {
     pub src: LeafSrc,
     /// Address of iteration index `[0, ..., 0]`.
     pub offset: i64,
-    /// Address step per iteration dimension (one per dimension of [`Expr::shape`]; 0 for a
+    /// Address step per iteration dimension (one per dimension of [`Expr::dims`]; 0 for a
     /// broadcast dimension, negative for a flip).
     pub strides: Vec<i64>,
 }
@@ -244,6 +245,7 @@ pub struct Inst {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Expr {
     shape: Vec<usize>,
+    dims: Vec<usize>,
     leaves: Vec<Leaf>,
     insts: Vec<Inst>,
     num_regs: u32,
@@ -430,7 +432,7 @@ impl Plan {
     fn new(e: &Expr) -> Plan {
         let mut dims: Vec<usize> = vec![];
         let mut strides: Vec<Vec<i64>> = vec![vec![]; e.leaves.len()];
-        for (d, &n) in e.shape.iter().enumerate() {
+        for (d, &n) in e.dims.iter().enumerate() {
             if n == 1 {
                 continue;
             }
@@ -481,6 +483,12 @@ impl Expr {
         &self.shape
     }
 
+    /// The iteration space the leaves index: [`Expr::shape`] with some dimensions split into
+    /// several (same element count and flat order).
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
     /// Number of outputs.
     pub fn num_outputs(&self) -> usize {
         self.outputs.len()
@@ -528,21 +536,29 @@ impl Expr {
 
     /// Checks the program itself: dimensions, register numbering and def-before-use.
     pub fn validate_program(&self) -> Result<(), String> {
-        self.shape
+        let n = self
+            .shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .filter(|&n| n <= i64::MAX as usize)
             .ok_or_else(|| format!("expression shape {:?} is too large", self.shape))?;
+        let m = self.dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if m != Some(n) {
+            return Err(format!(
+                "expression dims {:?} do not cover shape {:?}",
+                self.dims, self.shape
+            ));
+        }
         let nr = self.num_regs as usize;
         if nr > 1 << 16 {
             return Err(format!("expression has {nr} registers"));
         }
         for (i, l) in self.leaves.iter().enumerate() {
-            if l.strides.len() != self.shape.len() {
+            if l.strides.len() != self.dims.len() {
                 return Err(format!(
                     "leaf {i} has {} strides for a {}-d iteration space",
                     l.strides.len(),
-                    self.shape.len()
+                    self.dims.len()
                 ));
             }
             if let LeafSrc::Iota { start, step } = l.src {
@@ -613,7 +629,7 @@ impl Expr {
                     "leaf {i} reads operand {slot} as {kind:?}, but it has another element type"
                 ));
             }
-            if let Some((lo, hi)) = l.address_range(&self.shape) {
+            if let Some((lo, hi)) = l.address_range(&self.dims) {
                 if lo < 0 || hi >= src.len() as i128 {
                     return Err(format!(
                         "leaf {i} reads addresses {lo}..={hi} of operand {slot}, which has {} elements",
@@ -842,6 +858,7 @@ enum Key {
 #[derive(Clone, Debug)]
 pub struct ExprBuilder {
     shape: Vec<usize>,
+    dims: Vec<usize>,
     leaves: Vec<Leaf>,
     ops: Vec<InstOp>,
     consts: Vec<Option<f32>>,
@@ -851,8 +868,15 @@ pub struct ExprBuilder {
 impl ExprBuilder {
     /// A builder over iteration space `shape`.
     pub fn new(shape: &[usize]) -> ExprBuilder {
+        ExprBuilder::with_dims(shape, shape)
+    }
+
+    /// A builder over iteration space `shape` whose leaves index `dims` (`shape` with some
+    /// dimensions split; the caller keeps the element counts equal, [`Expr::validate`] checks).
+    pub fn with_dims(shape: &[usize], dims: &[usize]) -> ExprBuilder {
         ExprBuilder {
             shape: shape.to_vec(),
+            dims: dims.to_vec(),
             leaves: vec![],
             ops: vec![],
             consts: vec![],
@@ -863,6 +887,11 @@ impl ExprBuilder {
     /// The iteration space.
     pub fn shape(&self) -> &[usize] {
         &self.shape
+    }
+
+    /// The dimensions leaves index.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
     }
 
     fn push(&mut self, key: Key, op: InstOp, c: Option<f32>) -> Val {
@@ -1024,6 +1053,7 @@ impl ExprBuilder {
         }
         Expr {
             shape: self.shape,
+            dims: self.dims,
             leaves,
             insts,
             num_regs,

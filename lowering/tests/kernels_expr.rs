@@ -1,0 +1,368 @@
+//! Fused elementwise and row-reduction kernels built from small graphs, run by the fast
+//! runtime and compared with the reference interpreter on random inputs
+//! (`|a - e| <= 1e-5 + 1e-4 |e|` per element).
+
+use fxhlo_ir::text::parse_graph;
+use fxhlo_ir::{DType, Graph, Model, NodeId, NodeKind, ValueRef};
+use fxhlo_lowering::kernels::expr::build;
+use fxhlo_lowering::kernels::Slots;
+use fxhlo_passes::fusion::{self, KernelKind};
+use fxhlo_runtime::fast::expr::run_elementwise;
+use fxhlo_runtime::fast::Src;
+use fxhlo_runtime::{Data, Options, Tensor};
+use std::collections::{BTreeMap, BTreeSet};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn shape_of(g: &Graph, v: ValueRef) -> Vec<usize> {
+    g.ty(v)
+        .shape
+        .iter()
+        .map(|d| d.as_static().unwrap() as usize)
+        .collect()
+}
+
+/// Random user inputs (f32 in [-3, 3), bools, small ints) and every value of the graph from
+/// the reference interpreter.
+fn reference(g: &Graph, seed: u64) -> BTreeMap<ValueRef, Tensor> {
+    let mut rng = Rng(seed);
+    let mut inputs = BTreeMap::new();
+    for i in g.user_inputs() {
+        let v = ValueRef::new(i, 0);
+        let t = g.ty(v);
+        let shape = shape_of(g, v);
+        let n: usize = shape.iter().product();
+        let x = match t.dtype {
+            DType::Bool => Tensor::from_bools(
+                DType::Bool,
+                shape,
+                (0..n).map(|_| rng.next() < 0.5).collect(),
+            ),
+            DType::I64 => Tensor::from_i64s(
+                DType::I64,
+                shape,
+                (0..n).map(|_| (rng.next() * 10.0) as i64).collect(),
+            ),
+            d => Tensor::from_f64s(d, shape, (0..n).map(|_| rng.next() * 6.0 - 3.0).collect()),
+        };
+        inputs.insert(g.nodes[i].name.clone(), x);
+    }
+    let mut all = g.clone();
+    all.outputs = (0..g.nodes.len())
+        .flat_map(|i| (0..g.nodes[i].results.len()).map(move |r| ValueRef::new(i, r)))
+        .collect();
+    let model = Model {
+        graph: all.clone(),
+        weights: Default::default(),
+    };
+    let outs = fxhlo_runtime::eval(&model, &inputs, &Options::default()).unwrap();
+    all.outputs.into_iter().zip(outs).collect()
+}
+
+enum Buf {
+    F(Vec<f32>),
+    B(Vec<bool>),
+    I(Vec<i64>),
+}
+
+fn buf(t: &Tensor) -> Buf {
+    match &t.data {
+        Data::B(v) => Buf::B(v.clone()),
+        Data::I(v) => Buf::I(v.clone()),
+        Data::F(v) => Buf::F(v.iter().map(|&x| x as f32).collect()),
+    }
+}
+
+fn src(b: &Buf) -> Src<'_> {
+    match b {
+        Buf::F(v) => Src::F32(v),
+        Buf::B(v) => Src::Bool(v),
+        Buf::I(v) => Src::I64(v),
+    }
+}
+
+fn close(got: &[f32], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (k, (&a, &e)) in got.iter().zip(want).enumerate() {
+        let a = a as f64;
+        let ok = if e.is_nan() {
+            a.is_nan()
+        } else if e.is_infinite() {
+            a == e
+        } else {
+            (a - e).abs() <= 1e-5 + 1e-4 * e.abs()
+        };
+        assert!(ok, "{what}[{k}]: got {a:e}, expected {e:e}");
+    }
+}
+
+fn graph(body: &str) -> Graph {
+    parse_graph(&format!("graph {{\n{body}\n}}\n")).unwrap()
+}
+
+fn members(k: &fusion::Kernel) -> BTreeSet<NodeId> {
+    k.nodes.iter().chain(&k.recomputed).copied().collect()
+}
+
+/// Compiles every elementwise kernel of `g` (one expression per distinct output shape, the
+/// f32 outputs), runs it on the reference values of its operands and compares. Returns the
+/// number of expressions run.
+fn check_elementwise(g: &Graph) -> usize {
+    let plan = fusion::plan(g);
+    let vals = reference(g, 7);
+    let mut count = 0;
+    for k in plan
+        .kernels
+        .iter()
+        .filter(|k| k.kind == KernelKind::Elementwise)
+    {
+        let mut by_shape: BTreeMap<Vec<usize>, Vec<ValueRef>> = BTreeMap::new();
+        for &o in &k.outputs {
+            if g.ty(o).dtype == DType::F32 {
+                by_shape.entry(shape_of(g, o)).or_default().push(o);
+            }
+        }
+        for (shape, roots) in by_shape {
+            let mut slots = Slots::default();
+            let e = build(g, &members(k), &roots, &shape, &mut slots)
+                .unwrap_or_else(|m| panic!("{m}\n{plan}"));
+            let bufs: Vec<Buf> = slots.values.iter().map(|v| buf(&vals[v])).collect();
+            let srcs: Vec<Src> = bufs.iter().map(src).collect();
+            e.validate(&srcs).unwrap();
+            let n: usize = shape.iter().product();
+            let mut outs: Vec<Vec<f32>> = roots.iter().map(|_| vec![f32::NAN; n]).collect();
+            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            run_elementwise(&e, &srcs, &mut refs);
+            for (r, out) in roots.iter().zip(&outs) {
+                close(out, &vals[r].f64s(), g.value_name(*r));
+            }
+            count += 1;
+        }
+    }
+    count
+}
+
+#[test]
+fn gelu_chain_with_broadcast_bias() {
+    let g = graph(
+        "  %x: f32[64, 300] = input
+  %w: f32[300] = input
+  %b: f32[300] = input
+  %m: f32[64, 300] = aten.mul.Tensor(%x, %w)
+  %a: f32[64, 300] = aten.add.Tensor(%m, %b)
+  %g: f32[64, 300] = aten.gelu.default(%a)
+  %s: f32[64, 300] = aten.sigmoid.default(%x)
+  %p: f32[64, 300] = aten.mul.Tensor(%g, %s)
+  %o: f32[64, 300] = aten.add.Tensor(%p, %x, alpha=2)
+  %t: f32[64, 300] = aten.gelu.default(%o, approximate=\"tanh\")
+  return %o, %t",
+    );
+    assert_eq!(check_elementwise(&g), 1);
+}
+
+#[test]
+fn permute_expand_and_slice_fold_into_leaves() {
+    let g = graph(
+        "  %x: f32[8, 16, 32] = input
+  %y: f32[32, 16, 8] = input
+  %z: f32[4, 1, 6] = input
+  %u: f32[5, 6] = input
+  %w: f32[10, 40] = input
+  %p: f32[8, 16, 32] = aten.permute.default(%y, dims=[2, 1, 0])
+  %a: f32[8, 16, 32] = aten.add.Tensor(%p, %x)
+  %r: f32[8, 16, 32] = aten.relu.default(%a)
+  %e: f32[4, 5, 6] = aten.expand.default(%z, size=[4, 5, 6])
+  %f: f32[4, 5, 6] = aten.mul.Tensor(%e, %u)
+  %s: f32[10, 12] = aten.slice.Tensor(%w, dim=1, start=3, end=-1, step=3)
+  %q: f32[10, 12] = aten.sub.Tensor(%s, %s, alpha=0.5)
+  %sel: f32[12] = aten.select.int(%s, dim=0, index=-2)
+  %t: f32[12] = aten.exp.default(%sel)
+  %fl: f32[10, 40] = aten.flip.default(%w, dims=[0, 1])
+  %fa: f32[10, 40] = aten.add.Tensor(%fl, %w)
+  return %r, %f, %q, %t, %fa",
+    );
+    assert_eq!(check_elementwise(&g), 5);
+}
+
+#[test]
+fn reshapes_of_computed_values_split_the_iteration_space() {
+    // The heads merge of attention: view(permute(x * s)) with a split of the iteration dim.
+    let g = graph(
+        "  %x: f32[2, 8, 4, 6] = input
+  %m: f32[2, 8, 4, 6] = aten.mul.Scalar(%x, other=0.5)
+  %p: f32[2, 4, 8, 6] = aten.permute.default(%m, dims=[0, 2, 1, 3])
+  %v: f32[8, 48] = aten.view.default(%p, size=[8, 48])
+  %o: f32[8, 48] = aten.tanh.default(%v)
+  %u: f32[2, 4, 8, 2, 3] = aten.view.default(%p, size=[2, 4, 8, 2, 3])
+  %n: f32[2, 4, 8, 2, 3] = aten.neg.default(%u)
+  %y: f32[16, 6, 8] = input
+  %yy: f32[16, 6, 8] = aten.exp.default(%y)
+  %yv: f32[4, 4, 48] = aten.view.default(%yy, size=[4, 4, 48])
+  %yt: f32[4, 48, 4] = aten.permute.default(%yv, dims=[0, 2, 1])
+  %ys: f32[4, 48, 4] = aten.sqrt.default(%yt)
+  return %o, %n, %ys",
+    );
+    assert!(check_elementwise(&g) >= 3);
+}
+
+#[test]
+fn masks_comparisons_and_where() {
+    let g = graph(
+        "  %x: f32[16, 24] = input
+  %y: f32[16, 24] = input
+  %mask: bool[16, 24] = input
+  %gt: bool[16, 24] = aten.gt.Scalar(%x, other=0.5)
+  %le: bool[16, 24] = aten.le.Tensor(%x, %y)
+  %and: bool[16, 24] = aten.logical_and.default(%gt, %mask)
+  %or: bool[16, 24] = aten.logical_or.default(%and, %le)
+  %not: bool[16, 24] = aten.logical_not.default(%or)
+  %z: f32[] = aten.scalar_tensor.default(s=-1.5, dtype=f32)
+  %w: f32[16, 24] = aten.where.self(%not, %x, %z)
+  %c: f32[16, 24] = aten._to_copy.default(%mask, dtype=f32)
+  %o: f32[16, 24] = aten.add.Tensor(%w, %c)
+  %eq: bool[16, 24] = aten.eq.Scalar(%y, other=0)
+  %ne: bool[16, 24] = aten.ne.Tensor(%eq, %mask)
+  %full: f32[16, 24] = aten.full.default(size=[16, 24], fill_value=2, dtype=f32)
+  %fl: f32[16, 24] = aten.full_like.default(%x, fill_value=-3.25)
+  %w2: f32[16, 24] = aten.where.self(%ne, %full, %fl)
+  return %o, %w2",
+    );
+    assert!(check_elementwise(&g) >= 1);
+}
+
+#[test]
+fn math_ops_match_the_interpreter() {
+    let g = graph(
+        "  %x: f32[7, 33] = input
+  %y: f32[7, 33] = input
+  %a: f32[7, 33] = aten.abs.default(%x)
+  %l: f32[7, 33] = aten.log1p.default(%a)
+  %e: f32[7, 33] = aten.expm1.default(%y)
+  %r: f32[7, 33] = aten.rsqrt.default(%a)
+  %sq: f32[7, 33] = aten.sqrt.default(%a)
+  %p2: f32[7, 33] = aten.pow.Tensor_Scalar(%x, exponent=2)
+  %p3: f32[7, 33] = aten.pow.Tensor_Scalar(%x, exponent=3)
+  %pm: f32[7, 33] = aten.pow.Tensor_Scalar(%a, exponent=-1.5)
+  %pt: f32[7, 33] = aten.pow.Tensor_Tensor(%a, %y)
+  %d: f32[7, 33] = aten.div.Tensor(%x, %y)
+  %df: f32[7, 33] = aten.div.Tensor_mode(%x, %y, rounding_mode=\"floor\")
+  %dt: f32[7, 33] = aten.div.Tensor_mode(%x, %y, rounding_mode=\"trunc\")
+  %mx: f32[7, 33] = aten.maximum.default(%x, %y)
+  %mn: f32[7, 33] = aten.minimum.default(%x, %y)
+  %cl: f32[7, 33] = aten.clamp.default(%x, min=-1, max=0.5)
+  %cm: f32[7, 33] = aten.clamp.default(%y, min=0)
+  %lr: f32[7, 33] = aten.leaky_relu.default(%x, negative_slope=0.2)
+  %ht: f32[7, 33] = aten.hardtanh.default(%y, min_val=-0.5, max_val=2)
+  %el: f32[7, 33] = aten.elu.default(%x)
+  %ng: f32[7, 33] = aten.neg.default(%y)
+  %rc: f32[7, 33] = aten.reciprocal.default(%x)
+  %th: f32[7, 33] = aten.tanh.default(%x)
+  %er: f32[7, 33] = aten.erf.default(%y)
+  %lg: f32[7, 33] = aten.log.default(%a)
+  %sg: f32[7, 33] = aten.sign.default(%x)
+  %fm: f32[7, 33] = aten.fmod.Tensor(%x, %y)
+  %rm: f32[7, 33] = aten.remainder.Scalar(%x, other=0.7)
+  %ct: f32[7, 33] = aten.clamp.Tensor(%x, %y)
+  %rl: f32[7, 33] = aten.relu.default(%y)
+  %fl: f32[7, 33] = aten.floor.default(%x)
+  %rn: f32[7, 33] = aten.round.default(%y)
+  %at: f32[7, 33] = aten.atan2.default(%x, %y)
+  %sn: f32[7, 33] = aten.sin.default(%x)
+  %ps: f32[7, 33] = aten.pow.Scalar(%y, self=2.5)
+  %sub: f32[7, 33] = aten.sub.Scalar(%x, other=1.25, alpha=3)
+  return %l, %e, %r, %sq, %p2, %p3, %pm, %pt, %d, %df, %dt, %mx, %mn, %cl, %cm, %lr, %ht, %el, %ng, %rc, %th, %er, %lg, %sg, %fm, %rm, %ct, %rl, %fl, %rn, %at, %sn, %ps, %sub",
+    );
+    check_elementwise(&g);
+}
+
+#[test]
+fn inference_batch_norm_and_iota() {
+    let g = graph(
+        "  %x: f32[2, 3, 4, 5] = input
+  %mean: f32[3] = input
+  %var0: f32[3] = input
+  %w: f32[3] = input
+  %b: f32[3] = input
+  %var: f32[3] = aten.abs.default(%var0)
+  bn: %o: f32[2, 3, 4, 5], %m: f32[0], %r: f32[0] = aten._native_batch_norm_legit_no_training.default(%x, %w, %b, %mean, %var, momentum=0.1, eps=1e-5)
+  %ar: i64[5] = aten.arange.start_step(start=2, end=12, step=2)
+  %af: f32[5] = aten._to_copy.default(%ar, dtype=f32)
+  %y: f32[2, 3, 4, 5] = aten.add.Tensor(%o, %af)
+  %fr: f32[4] = aten.arange.start_step(start=0.5, end=2.5, step=0.5, dtype=f32)
+  %fv: f32[4, 1] = aten.unsqueeze.default(%fr, dim=1)
+  %z: f32[2, 3, 4, 5] = aten.mul.Tensor(%y, %fv)
+  return %z",
+    );
+    assert_eq!(check_elementwise(&g), 1);
+}
+
+#[test]
+fn unsupported_ops_and_dtypes_are_errors_naming_the_node() {
+    let g = graph(
+        "  %x: f32[4, 6] = input
+  %i: i64[4, 6] = input
+  %r: f32[8, 6] = aten.repeat.default(%x, repeats=[2, 1])
+  %e: f32[8, 6] = aten.exp.default(%r)
+  %j: i64[4, 6] = aten.add.Tensor(%i, %i)
+  %f: f32[4, 6] = aten._to_copy.default(%j, dtype=f32)
+  %o: f32[4, 6] = aten.mul.Tensor(%f, %x)
+  return %e, %o",
+    );
+    let plan = fusion::plan(&g);
+    let mut errors = vec![];
+    for k in plan
+        .kernels
+        .iter()
+        .filter(|k| k.kind == KernelKind::Elementwise)
+    {
+        let root = *k.outputs.last().unwrap();
+        let shape = shape_of(&g, root);
+        let mut slots = Slots::default();
+        match build(&g, &members(k), &[root], &shape, &mut slots) {
+            Ok(_) => panic!("kernel {k:?} should not compile"),
+            Err(m) => errors.push(m),
+        }
+    }
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|m| m.contains("'r' (aten.repeat.default)")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|m| m.contains("'j' (aten.add.Tensor)") && m.contains("i64")),
+        "{errors:?}"
+    );
+    // A root whose shape is not the iteration space, and a bool root.
+    let g = graph(
+        "  %x: f32[4, 6] = input
+  %b: bool[4, 6] = aten.gt.Scalar(%x, other=0)
+  return %b",
+    );
+    let all: BTreeSet<NodeId> = (0..g.nodes.len())
+        .filter(|&i| matches!(g.nodes[i].kind, NodeKind::Op(_)))
+        .collect();
+    let x = ValueRef::new(0, 0);
+    assert!(build(&g, &all, &[x], &[6, 4], &mut Slots::default()).is_err());
+    assert!(build(
+        &g,
+        &all,
+        &[ValueRef::new(1, 0)],
+        &[4, 6],
+        &mut Slots::default()
+    )
+    .is_err());
+}
