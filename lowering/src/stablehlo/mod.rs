@@ -22,7 +22,8 @@ mod reduce;
 mod shape;
 
 use emitter::{tensor_ty, Em, Num, V};
-use fxhlo_ir::{Arg, DType, Graph, Model, Node, NodeKind, Op, ValueRef};
+use fxhlo_ir::{Arg, DType, Graph, Model, Node, NodeId, NodeKind, Op, ValueRef};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use thiserror::Error;
 
@@ -66,7 +67,24 @@ pub(crate) struct Cx<'a> {
     /// The node being lowered.
     pub node: &'a Node,
     vals: &'a [Vec<V>],
+    /// This node's matmul operands that are transposes folded into `dot_general`.
+    folded: Option<&'a Folded>,
 }
+
+/// A matmul operand `view*(permute(y, swap of the last two dims))` whose views only reshape
+/// the leading (batch) dims: the matmul reads `y` reshaped to `shape` and contracts the other
+/// dim, so no `stablehlo.transpose` is emitted.
+#[derive(Clone, Debug)]
+pub(crate) struct FoldedOperand {
+    /// The untransposed source.
+    pub source: ValueRef,
+    /// `source` with its leading dims reshaped like the operand's: the operand with its last
+    /// two dims swapped.
+    pub shape: Vec<i64>,
+}
+
+/// Folded operands of one node, by argument name.
+type Folded = BTreeMap<&'static str, FoldedOperand>;
 
 impl Cx<'_> {
     fn arg(&self, name: &str) -> R<&Arg> {
@@ -92,6 +110,16 @@ impl Cx<'_> {
                 a.kind_name()
             )),
         }
+    }
+
+    /// Matmul operand `name`: `(value, false)`, or `(source, true)` when the operand is a
+    /// transpose of the last two dims of `source` folded into the `dot_general`.
+    pub fn t_dot(&mut self, name: &str) -> R<(V, bool)> {
+        if let Some(f) = self.folded.and_then(|f| f.get(name)) {
+            let y = self.value(f.source)?;
+            return Ok((self.em.reshape(&y, &f.shape), true));
+        }
+        Ok((self.t(name)?, false))
     }
 
     /// Optional tensor argument `name`.
@@ -249,6 +277,7 @@ pub fn emit(model: &Model, opts: &EmitOptions) -> Result<String, LowerError> {
         Em::new()
     };
     let mut vals: Vec<Vec<V>> = vec![vec![]; g.nodes.len()];
+    let (folded, skip) = fold_transposes(g);
     let mut params: Vec<V> = vec![];
     let mut order = g.user_inputs();
     if !opts.inline_constants {
@@ -299,6 +328,7 @@ pub fn emit(model: &Model, opts: &EmitOptions) -> Result<String, LowerError> {
                     format!("op '{target}' is not in the op table, so it cannot be lowered"),
                 ))
             }
+            NodeKind::Op(_) if skip[i] => {}
             NodeKind::Op(op) => {
                 for t in &n.results {
                     if t.static_shape().is_none() {
@@ -309,6 +339,7 @@ pub fn emit(model: &Model, opts: &EmitOptions) -> Result<String, LowerError> {
                     em: &mut em,
                     node: n,
                     vals: &vals,
+                    folded: folded.get(&i),
                 };
                 let outs = lower_op(*op, &mut cx).map_err(|m| node_err(i, m))?;
                 let outs = fit_results(&mut em, n, outs).map_err(|m| node_err(i, m))?;
@@ -326,6 +357,132 @@ pub fn emit(model: &Model, opts: &EmitOptions) -> Result<String, LowerError> {
         results.push(v);
     }
     Ok(module_text(g, &params, &results, em.text()))
+}
+
+/// The last-two-dims transpose behind a matmul operand `v`: walks `view`s that keep the last
+/// two dims (reshaping only the leading ones), shape-keeping `expand`s, `clone`s and `alias`es
+/// down to a `permute` that swaps the last two dims. Returns the folded operand and the nodes
+/// of the chain.
+fn transposed_source(g: &Graph, v: ValueRef) -> Option<(FoldedOperand, Vec<NodeId>)> {
+    let shape = |v: ValueRef| g.ty(v).static_shape();
+    let operand = shape(v)?;
+    let mut chain = vec![];
+    let mut cur = v;
+    loop {
+        let n = &g.nodes[cur.node];
+        let x = n.arg("self")?.as_tensor()?;
+        let (xs, cs) = (shape(x)?, shape(cur)?);
+        let (xr, cr) = (xs.len(), cs.len());
+        if xr < 2 || cr < 2 || cur.index != 0 {
+            return None;
+        }
+        chain.push(cur.node);
+        match n.op()? {
+            Op::Alias | Op::Clone => {}
+            Op::Expand if xs == cs => {}
+            Op::View if xs[xr - 2..] == cs[cr - 2..] => {}
+            Op::Permute => {
+                let Some(Arg::Ints(dims)) = n.arg("dims") else {
+                    return None;
+                };
+                let perm = dims
+                    .iter()
+                    .map(|&d| norm_dim(d, xr).ok())
+                    .collect::<Option<Vec<usize>>>()?;
+                let swap = (0..xr - 2).chain([xr - 1, xr - 2]).eq(perm.iter().copied());
+                if !swap {
+                    return None;
+                }
+                let r = operand.len();
+                let mut s = operand[..r - 2].to_vec();
+                s.extend([operand[r - 1], operand[r - 2]]);
+                return Some((
+                    FoldedOperand {
+                        source: x,
+                        shape: s,
+                    },
+                    chain,
+                ));
+            }
+            _ => return None,
+        }
+        cur = x;
+    }
+}
+
+/// Plans which matmul operands (`mm`, `bmm`, `addmm`) read a transpose that `dot_general`'s
+/// contracting dimensions can absorb, and which nodes then need no emission at all (every use
+/// is such a folded chain). Returns the folded operands by node and the nodes to skip.
+fn fold_transposes(g: &Graph) -> (BTreeMap<NodeId, Folded>, Vec<bool>) {
+    let mut folded: BTreeMap<NodeId, Folded> = BTreeMap::new();
+    let mut in_chain = vec![false; g.nodes.len()];
+    let mut sources = vec![];
+    // Uses of each node that are the head of a folded chain of the using node.
+    let mut folded_uses: BTreeMap<(NodeId, NodeId), ()> = BTreeMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        let names: &[&'static str] = match n.op() {
+            Some(Op::Mm | Op::Bmm) => &["self", "mat2"],
+            Some(Op::Addmm) => &["mat1", "mat2"],
+            _ => continue,
+        };
+        for &name in names {
+            let Some(v) = n.arg(name).and_then(Arg::as_tensor) else {
+                continue;
+            };
+            // The other operand must not read the same value unfolded.
+            let shared = n
+                .args
+                .iter()
+                .flat_map(|a| a.values())
+                .filter(|&u| u == v)
+                .count()
+                > 1;
+            if shared {
+                continue;
+            }
+            if let Some((f, chain)) = transposed_source(g, v) {
+                sources.push(f.source.node);
+                for &c in &chain {
+                    in_chain[c] = true;
+                }
+                folded_uses.insert((v.node, i), ());
+                folded.entry(i).or_default().insert(name, f);
+            }
+        }
+    }
+    let mut skip = in_chain.clone();
+    for s in sources {
+        skip[s] = false;
+    }
+    for o in &g.outputs {
+        skip[o.node] = false;
+    }
+    let mut users: Vec<Vec<NodeId>> = vec![vec![]; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for a in &n.args {
+            for v in a.values() {
+                users[v.node].push(i);
+            }
+        }
+    }
+    // A chain node is emitted after all if anything else reads it.
+    loop {
+        let mut changed = false;
+        for i in (0..g.nodes.len()).rev() {
+            if skip[i]
+                && users[i]
+                    .iter()
+                    .any(|&u| !skip[u] && !folded_uses.contains_key(&(i, u)))
+            {
+                skip[i] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    (folded, skip)
 }
 
 /// Checks the lowered results against the node's types (converting dtypes where a family
