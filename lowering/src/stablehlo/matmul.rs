@@ -237,4 +237,21 @@ mod tests {
         let text = lower("graph {\n  %a: f32[2, 3, 4] = input\n  %b: f32[3, 4, 5] = input\n  %t: f32[3, 2, 4] = aten.permute.default(%a, dims=[1, 0, 2])\n  %c: f32[3, 2, 5] = aten.bmm.default(%t, %b)\n  return %c\n}\n");
         assert_eq!(text.matches("stablehlo.transpose").count(), 1, "{text}");
     }
+
+    #[test]
+    fn bmm_of_broadcast_transposed_weight() {
+        // bmm(x, expand(t(w))): the weight is broadcast untransposed and contracted on dim 2.
+        let text = lower("graph {\n  %x: f32[8, 2, 32] = input\n  %w: f32[96, 32] = input\n  %t: f32[32, 96] = aten.permute.default(%w, dims=[1, 0])\n  %e: f32[8, 32, 96] = aten.expand.default(%t, size=[8, 32, 96])\n  %v: f32[8, 32, 96] = aten.view.default(%e, size=[8, 32, 96])\n  %c: f32[8, 2, 96] = aten.bmm.default(%x, %v)\n  return %c\n}\n");
+        assert!(!text.contains("stablehlo.transpose"), "{text}");
+        assert!(
+            text.contains("(tensor<96x32xf32>) -> tensor<8x96x32xf32>"),
+            "{text}"
+        );
+        let d = dots(&text);
+        assert!(
+            d[0].contains("batching_dims = [0] x [0], contracting_dims = [2] x [2]")
+                && d[0].contains("-> tensor<8x2x96xf32>"),
+            "{text}"
+        );
+    }
 }

@@ -71,16 +71,17 @@ pub(crate) struct Cx<'a> {
     folded: Option<&'a Folded>,
 }
 
-/// A matmul operand `view*(permute(y, swap of the last two dims))` whose views only reshape
-/// the leading (batch) dims: the matmul reads `y` reshaped to `shape` and contracts the other
-/// dim, so no `stablehlo.transpose` is emitted.
+/// A matmul operand `(view|expand)*(permute(y, swap of the last two dims))` whose views and
+/// expands only reshape or broadcast the leading (batch) dims: the matmul reads `y` reshaped
+/// and broadcast the same way (last two dims kept in `y`'s order) and contracts the other dim,
+/// so no `stablehlo.transpose` is emitted.
 #[derive(Clone, Debug)]
 pub(crate) struct FoldedOperand {
     /// The untransposed source.
     pub source: ValueRef,
-    /// `source` with its leading dims reshaped like the operand's: the operand with its last
-    /// two dims swapped.
-    pub shape: Vec<i64>,
+    /// Reshapes (`false`) and broadcasts (`true`) to apply to `source`, in order; the last
+    /// gives the operand with its last two dims swapped.
+    pub steps: Vec<(bool, Vec<i64>)>,
 }
 
 /// Folded operands of one node, by argument name.
@@ -116,8 +117,15 @@ impl Cx<'_> {
     /// transpose of the last two dims of `source` folded into the `dot_general`.
     pub fn t_dot(&mut self, name: &str) -> R<(V, bool)> {
         if let Some(f) = self.folded.and_then(|f| f.get(name)) {
-            let y = self.value(f.source)?;
-            return Ok((self.em.reshape(&y, &f.shape), true));
+            let mut y = self.value(f.source)?;
+            for (bcast, shape) in &f.steps {
+                y = if *bcast {
+                    self.em.bcast_to(&y, shape)
+                } else {
+                    self.em.reshape(&y, shape)
+                };
+            }
+            return Ok((y, true));
         }
         Ok((self.t(name)?, false))
     }
@@ -360,13 +368,19 @@ pub fn emit(model: &Model, opts: &EmitOptions) -> Result<String, LowerError> {
 }
 
 /// The last-two-dims transpose behind a matmul operand `v`: walks `view`s that keep the last
-/// two dims (reshaping only the leading ones), shape-keeping `expand`s, `clone`s and `alias`es
-/// down to a `permute` that swaps the last two dims. Returns the folded operand and the nodes
-/// of the chain.
+/// two dims (reshaping only the leading ones), `expand`s that broadcast only leading dims,
+/// `clone`s and `alias`es down to a `permute` that swaps the last two dims. Returns the folded
+/// operand and the nodes of the chain.
 fn transposed_source(g: &Graph, v: ValueRef) -> Option<(FoldedOperand, Vec<NodeId>)> {
     let shape = |v: ValueRef| g.ty(v).static_shape();
-    let operand = shape(v)?;
+    let swapped = |s: &[i64]| {
+        let r = s.len();
+        let mut t = s[..r - 2].to_vec();
+        t.extend([s[r - 1], s[r - 2]]);
+        t
+    };
     let mut chain = vec![];
+    let mut steps = vec![];
     let mut cur = v;
     loop {
         let n = &g.nodes[cur.node];
@@ -377,10 +391,11 @@ fn transposed_source(g: &Graph, v: ValueRef) -> Option<(FoldedOperand, Vec<NodeI
             return None;
         }
         chain.push(cur.node);
+        let last_two_kept = xs[xr - 2..] == cs[cr - 2..];
         match n.op()? {
             Op::Alias | Op::Clone => {}
-            Op::Expand if xs == cs => {}
-            Op::View if xs[xr - 2..] == cs[cr - 2..] => {}
+            Op::Expand if last_two_kept && cr >= xr => steps.push((true, swapped(&cs))),
+            Op::View if last_two_kept => steps.push((false, swapped(&cs))),
             Op::Permute => {
                 let Some(Arg::Ints(dims)) = n.arg("dims") else {
                     return None;
@@ -393,16 +408,8 @@ fn transposed_source(g: &Graph, v: ValueRef) -> Option<(FoldedOperand, Vec<NodeI
                 if !swap {
                     return None;
                 }
-                let r = operand.len();
-                let mut s = operand[..r - 2].to_vec();
-                s.extend([operand[r - 1], operand[r - 2]]);
-                return Some((
-                    FoldedOperand {
-                        source: x,
-                        shape: s,
-                    },
-                    chain,
-                ));
+                steps.reverse();
+                return Some((FoldedOperand { source: x, steps }, chain));
             }
             _ => return None,
         }
