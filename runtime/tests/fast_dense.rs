@@ -154,6 +154,8 @@ fn matmul_odd_sizes() {
         &MatmulSpec::contiguous(3, 300, 65, 257),
         "batched 300x257x65",
     );
+    // Large enough to run as one GEMM call per batch entry, then per-block epilogues.
+    check_matmul(&MatmulSpec::contiguous(2, 600, 520, 9), "whole 600x9x520");
 }
 
 #[test]
@@ -370,6 +372,7 @@ fn matmul_bitwise_same_on_1_and_2_threads() {
         MatmulSpec::contiguous(1, 64, 2048, 512),
         MatmulSpec::contiguous(16, 129, 65, 300),
         MatmulSpec::contiguous(1, 3, 3000, 700),
+        MatmulSpec::contiguous(1, 700, 600, 300),
     ] {
         let a = rnd(spec.batch * spec.m * spec.k, 1);
         let b = rnd(spec.batch * spec.k * spec.n, 2);
