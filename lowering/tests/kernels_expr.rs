@@ -366,3 +366,127 @@ fn unsupported_ops_and_dtypes_are_errors_naming_the_node() {
     )
     .is_err());
 }
+
+/// Compiles every reduction kernel of `g`, runs it on the reference values of its operands
+/// and compares every output. Returns the number of kernels run.
+fn check_reductions(g: &Graph, seed: u64) -> usize {
+    use fxhlo_runtime::fast::reduce::run_row_reduce;
+    use fxhlo_runtime::fast::Dst;
+    let plan = fusion::plan(g);
+    let vals = reference(g, seed);
+    let mut count = 0;
+    for k in plan
+        .kernels
+        .iter()
+        .filter(|k| k.kind == KernelKind::Reduction)
+    {
+        let mut slots = Slots::default();
+        let rr = fxhlo_lowering::kernels::reduce::build(g, k, &mut slots)
+            .unwrap_or_else(|m| panic!("{m}\n{plan}"));
+        let bufs: Vec<Buf> = slots.values.iter().map(|v| buf(&vals[v])).collect();
+        let srcs: Vec<Src> = bufs.iter().map(src).collect();
+        let mut outs: Vec<Vec<f32>> = k
+            .outputs
+            .iter()
+            .map(|&o| vec![f32::NAN; shape_of(g, o).iter().product()])
+            .collect();
+        let mut dsts: Vec<Dst> = outs.iter_mut().map(|o| Dst::F32(o)).collect();
+        run_row_reduce(&rr, &srcs, &mut dsts).unwrap_or_else(|m| panic!("{m}\n{rr:?}"));
+        for (o, out) in k.outputs.iter().zip(&outs) {
+            close(out, &vals[o].f64s(), g.value_name(*o));
+        }
+        // A second run gives bitwise the same results (fixed blocks and summation order).
+        let mut again: Vec<Vec<f32>> = outs.iter().map(|o| vec![0.0; o.len()]).collect();
+        let mut dsts: Vec<Dst> = again.iter_mut().map(|o| Dst::F32(o)).collect();
+        run_row_reduce(&rr, &srcs, &mut dsts).unwrap();
+        for (a, b) in outs.iter().zip(&again) {
+            assert!(a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()));
+        }
+        count += 1;
+    }
+    count
+}
+
+#[test]
+fn softmax_of_scaled_masked_scores_with_epilogue() {
+    let g = graph(
+        "  %x: f32[6, 8192] = input
+  %mask: f32[8192] = input
+  %s: f32[6, 8192] = aten.mul.Scalar(%x, other=4.0)
+  %a: f32[6, 8192] = aten.add.Tensor(%s, %mask)
+  %sm: f32[6, 8192] = aten._softmax.default(%a, dim=-1, half_to_float=false)
+  %o: f32[6, 8192] = aten.mul.Scalar(%sm, other=0.5)
+  %y: f32[3, 5, 7] = input
+  %ls: f32[3, 5, 7] = aten._log_softmax.default(%y, dim=2, half_to_float=false)
+  %y2: f32[3, 5, 7] = aten.mul.Scalar(%y, other=0.25)
+  %sm2: f32[3, 5, 7] = aten._softmax.default(%y2, dim=2, half_to_float=false)
+  return %o, %ls, %sm2",
+    );
+    assert_eq!(check_reductions(&g, 3), 3);
+}
+
+#[test]
+fn layer_norm_with_residual_and_affine_epilogue() {
+    let g = graph(
+        "  %x: f32[2, 10, 64] = input
+  %r: f32[2, 10, 64] = input
+  %w: f32[64] = input
+  %b: f32[64] = input
+  %g2: f32[64] = input
+  %y: f32[2, 10, 64] = aten.add.Tensor(%x, %r)
+  ln: %n: f32[2, 10, 64], %mean: f32[2, 10, 1], %rstd: f32[2, 10, 1] = aten.native_layer_norm.default(%y, %w, %b, normalized_shape=[64], eps=1e-5)
+  %m: f32[2, 10, 64] = aten.mul.Tensor(%n, %g2)
+  %o: f32[2, 10, 64] = aten.add.Tensor(%m, %y)
+  %z: f32[4, 3, 8192] = input
+  ln2: %n2: f32[4, 3, 8192], %mean2: f32[4, 1, 1], %rstd2: f32[4, 1, 1] = aten.native_layer_norm.default(%z, none, none, normalized_shape=[3, 8192], eps=1e-6)
+  return %o, %mean, %rstd, %y, %n2",
+    );
+    assert_eq!(check_reductions(&g, 4), 2);
+}
+
+#[test]
+fn sums_means_extrema_and_variances() {
+    let g = graph(
+        "  %x: f32[5, 6, 8192] = input
+  %e: f32[5, 6, 8192] = aten.exp.default(%x)
+  %s: f32[5, 6] = aten.sum.dim_IntList(%e, dim=[-1])
+  %l: f32[5, 6] = aten.log.default(%s)
+  %t: f32[5] = input
+  %m: f32[5, 1, 1] = aten.mean.dim(%x, dim=[1, 2], keepdim=true)
+  %c: f32[6, 8192] = aten.sum.dim_IntList(%x, dim=[0])
+  %mx: f32[5, 6, 1] = aten.amax.default(%x, dim=[2], keepdim=true)
+  %d: f32[5, 6, 8192] = aten.sub.Tensor(%x, %mx)
+  %de: f32[5, 6, 8192] = aten.exp.default(%d)
+  %mn: f32[6] = aten.amin.default(%x, dim=[0, 2])
+  %v: f32[5, 6] = aten.var.correction(%x, dim=[2], correction=1)
+  %vb: f32[5, 8192] = aten.var.correction(%x, dim=[1], correction=0, keepdim=false)
+  %n: f32[2, 3, 4, 5] = input
+  %nm: f32[2, 3, 1, 1] = aten.mean.dim(%n, dim=[2, 3], keepdim=true)
+  %all: f32[] = aten.mean.default(%n)
+  return %l, %m, %c, %de, %mn, %v, %vb, %nm, %all",
+    );
+    assert!(check_reductions(&g, 5) >= 8);
+}
+
+#[test]
+fn unsupported_reductions_are_errors() {
+    let g = graph(
+        "  %x: f32[4, 6] = input
+  %s: f32[4, 6] = aten._softmax.default(%x, dim=0, half_to_float=false)
+  %p: f32[4] = aten.prod.dim_int(%x, dim=1)
+  %a: i64[4] = aten.argmax.default(%x, dim=1)
+  return %s, %p, %a",
+    );
+    let plan = fusion::plan(&g);
+    let mut n = 0;
+    for k in plan
+        .kernels
+        .iter()
+        .filter(|k| k.kind == KernelKind::Reduction)
+    {
+        let e = fxhlo_lowering::kernels::reduce::build(&g, k, &mut Slots::default()).unwrap_err();
+        assert!(e.contains(&g.nodes[k.root].name), "{e}");
+        n += 1;
+    }
+    assert_eq!(n, 3);
+}

@@ -46,6 +46,42 @@ pub fn build_with(
     slots: &mut Slots,
     subst: &BTreeMap<ValueRef, u32>,
 ) -> Result<Expr, String> {
+    build_impl(g, members, roots, shape, None, slots, subst)
+}
+
+/// [`build_with`] for one root iterated in permuted order: iteration dimension `k` is the
+/// root's dimension `perm[k]` (so a reduction over leading dimensions can see its rows
+/// innermost).
+pub fn build_permuted(
+    g: &Graph,
+    members: &BTreeSet<NodeId>,
+    root: ValueRef,
+    perm: &[usize],
+    slots: &mut Slots,
+    subst: &BTreeMap<ValueRef, u32>,
+) -> Result<Expr, String> {
+    let s = static_shape(g, root)?;
+    if perm.len() != s.len() || perm.iter().any(|&p| p >= s.len()) {
+        return Err(format!(
+            "{}: bad permutation {perm:?}",
+            describe(g, root.node)
+        ));
+    }
+    let shape: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+    build_impl(g, members, &[root], &shape, Some(perm), slots, subst)
+}
+
+fn build_impl(
+    g: &Graph,
+    members: &BTreeSet<NodeId>,
+    roots: &[ValueRef],
+    shape: &[usize],
+    perm: Option<&[usize]>,
+    slots: &mut Slots,
+    subst: &BTreeMap<ValueRef, u32>,
+) -> Result<Expr, String> {
+    let ident: Vec<usize> = (0..shape.len()).collect();
+    let perm = perm.unwrap_or(&ident);
     for &r in roots {
         let t = g.ty(r);
         if t.dtype != DType::F32 {
@@ -55,7 +91,8 @@ pub fn build_with(
                 t.dtype
             ));
         }
-        if static_shape(g, r)? != shape {
+        let rs = static_shape(g, r)?;
+        if rs.len() != perm.len() || perm.iter().map(|&p| rs[p]).collect::<Vec<_>>() != shape {
             return Err(format!(
                 "{}: the result has shape {:?}, the kernel iterates over {shape:?}",
                 describe(g, r.node),
@@ -86,7 +123,7 @@ pub fn build_with(
         for (k, f) in split.iter().enumerate() {
             let mut s = 1i64;
             for j in (0..f.len()).rev() {
-                acc.coef[k][d + j] = s;
+                acc.coef[perm[k]][d + j] = s;
                 s *= f[j] as i64;
             }
             d += f.len();

@@ -3,6 +3,7 @@
 pub mod dense;
 pub mod expr;
 pub mod program;
+pub mod reduce;
 
 pub use program::{build_program, BuildReport};
 

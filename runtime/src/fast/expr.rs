@@ -426,6 +426,7 @@ fn run_powi(d: &mut [f32], a: &[f32], n: i32) {
 struct Plan {
     dims: Vec<usize>,
     strides: Vec<Vec<i64>>,
+    offsets: Vec<i64>,
 }
 
 impl Plan {
@@ -461,7 +462,12 @@ impl Plan {
                 s.push(0);
             }
         }
-        Plan { dims, strides }
+        let offsets = e.leaves.iter().map(|l| l.offset).collect();
+        Plan {
+            dims,
+            strides,
+            offsets,
+        }
     }
 
     /// Multi-index of flat index `i`.
@@ -608,10 +614,19 @@ impl Expr {
     /// called once before running (so a corrupted artifact is an error, never UB or a panic).
     pub fn validate(&self, srcs: &[Src<'_>]) -> Result<(), String> {
         self.validate_program()?;
+        self.validate_operands(srcs, usize::MAX)
+    }
+
+    /// Checks the leaves of slots below `limit` against `srcs` (kinds and address ranges); the
+    /// caller checks the others (scratch slots of a kernel).
+    pub fn validate_operands(&self, srcs: &[Src<'_>], limit: usize) -> Result<(), String> {
         for (i, l) in self.leaves.iter().enumerate() {
             let LeafSrc::Slot { slot, kind } = l.src else {
                 continue;
             };
+            if slot as usize >= limit {
+                continue;
+            }
             let src = srcs.get(slot as usize).ok_or_else(|| {
                 format!(
                     "leaf {i} reads operand {slot}, but the kernel has {}",
@@ -644,6 +659,21 @@ impl Expr {
     /// Evaluates flat iteration indices `start..end`; output `k`'s value at flat index `i` goes
     /// to `outs[k][i - start]`. The expression must have been validated against `srcs`.
     pub fn eval_range(&self, srcs: &[Src<'_>], start: usize, end: usize, outs: &mut [&mut [f32]]) {
+        self.eval_range_shifted(srcs, &[], start, end, outs)
+    }
+
+    /// [`eval_range`](Expr::eval_range) where a leaf of slot `s` reads address
+    /// `offset + Σ i·stride - shift[s]` (slots past `shift.len()` are not shifted): a source that
+    /// holds only a window of the buffer the expression indexes, such as the rows of one
+    /// block of a reduction. The caller has checked that every address read stays inside.
+    pub fn eval_range_shifted(
+        &self,
+        srcs: &[Src<'_>],
+        shift: &[i64],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+    ) {
         assert_eq!(outs.len(), self.outputs.len(), "one buffer per output");
         let end = end.min(self.numel());
         if start >= end {
@@ -652,7 +682,12 @@ impl Expr {
         for o in outs.iter() {
             assert!(o.len() >= end - start, "output buffer too short");
         }
-        let plan = Plan::new(self);
+        let mut plan = Plan::new(self);
+        for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
+            if let LeafSrc::Slot { slot, .. } = l.src {
+                *o -= shift.get(slot as usize).copied().unwrap_or(0);
+            }
+        }
         SCRATCH.with(|cell| {
             let mut regs = std::mem::take(&mut *cell.borrow_mut());
             if regs.len() < self.num_regs as usize {
@@ -717,8 +752,9 @@ impl Expr {
                 let dst = &mut d[..n];
                 match inst.op {
                     InstOp::Load(l) => {
-                        let leaf = &self.leaves[l as usize];
-                        load(leaf, &plan.strides[l as usize], &plan.dims, &idx, srcs, dst);
+                        let l = l as usize;
+                        let (src, off) = (self.leaves[l].src, plan.offsets[l]);
+                        load(src, off, &plan.strides[l], &plan.dims, &idx, srcs, dst);
                     }
                     InstOp::Const(c) => dst.fill(c),
                     InstOp::Un(op, a) => run_un(op, dst, &regs[a as usize][..n]),
@@ -753,7 +789,8 @@ impl Expr {
 /// Loads `dst.len()` consecutive iteration elements starting at multi-index `idx0`.
 #[inline(always)]
 fn load(
-    leaf: &Leaf,
+    src: LeafSrc,
+    offset: i64,
     strides: &[i64],
     dims: &[usize],
     idx0: &[usize],
@@ -767,12 +804,12 @@ fn load(
     let mut pos = 0;
     while pos < n {
         let len = (n - pos).min(dims[last] - idx[last]);
-        let mut base = leaf.offset;
+        let mut base = offset;
         for (&i, &s) in idx.iter().zip(strides) {
             base += i as i64 * s;
         }
         let out = &mut dst[pos..pos + len];
-        match leaf.src {
+        match src {
             LeafSrc::Slot { slot, .. } => match srcs[slot as usize] {
                 Src::F32(v) => gather(v, base, inner, out, |x| x),
                 Src::Bool(v) => gather(v, base, inner, out, |x| if x { 1.0 } else { 0.0 }),

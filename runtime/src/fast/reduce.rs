@@ -1,1 +1,489 @@
-//! (in progress)
+//! Row reductions with a fused prologue and epilogue.
+//!
+//! A [`RowReduce`] reduces `rows` rows of `len` elements each. The rows are the values of its
+//! `prologue` expression (over `rows * len` flat indices, the reduced dimensions innermost),
+//! evaluated one row block at a time into a scratch buffer, so the reduction's input is never
+//! written to memory. Per row block the kernel then computes the op's results (a per-row
+//! statistic, or for softmax and layer norm a full row) into scratch, and writes each kernel
+//! output: a result of the op directly, or an epilogue [`Expr`] evaluated on the hot rows that
+//! reads the scratch buffers as extra operand slots (see [`RowOut`]).
+//!
+//! Row blocks run in parallel (rayon); a block is a fixed number of whole rows and every sum in
+//! a row is accumulated in `f64` over 8 lanes in a fixed order, so results are bitwise the same
+//! for any thread count and match the `f64` reference interpreter to well within `1e-6`.
+
+use super::expr::{run_elementwise, Expr, LeafSrc};
+use super::math;
+use super::{Dst, Src};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Target elements per row block.
+const BLOCK_ELEMS: usize = 16 * 1024;
+
+/// What a row reduction computes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ReduceOp {
+    /// Sum of the row (result 0: one per row).
+    Sum,
+    /// Mean of the row.
+    Mean,
+    /// NaN-propagating maximum.
+    Max,
+    /// NaN-propagating minimum.
+    Min,
+    /// `Σ (x - mean)² / max(0, len - correction)`.
+    Var {
+        /// Bessel's correction (1 for the unbiased estimate).
+        correction: f64,
+    },
+    /// Softmax of the row (result 0: the full row), with the row maximum subtracted.
+    Softmax,
+    /// Log-softmax of the row.
+    LogSoftmax,
+    /// Layer norm: result 0 `(x - mean) * rstd * weight + bias` (full row), result 1 the mean,
+    /// result 2 `1 / sqrt(var + eps)` with the biased variance (one per row each).
+    LayerNorm {
+        /// Added to the variance.
+        eps: f64,
+    },
+}
+
+impl ReduceOp {
+    /// Elements per row of result `r`, or `None` if the op has no such result.
+    pub fn result_per_row(&self, r: usize, len: usize) -> Option<usize> {
+        match (self, r) {
+            (ReduceOp::Softmax | ReduceOp::LogSoftmax | ReduceOp::LayerNorm { .. }, 0) => Some(len),
+            (ReduceOp::LayerNorm { .. }, 1 | 2) => Some(1),
+            (_, 0) => Some(1),
+            _ => None,
+        }
+    }
+
+    fn num_results(&self) -> usize {
+        match self {
+            ReduceOp::LayerNorm { .. } => 3,
+            _ => 1,
+        }
+    }
+}
+
+/// How one kernel output is produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum RowOut {
+    /// Result `r` of the reduction, written as computed.
+    Result(u32),
+    /// An epilogue evaluated per row block over the output's own shape (`rows * per` elements,
+    /// row-major with the rows outermost). Besides the kernel's operands (slots `0..n`, `n` =
+    /// number of `srcs`) it reads scratch slots: `n` the row block's input rows (`len` per row),
+    /// `n + 1 + r` result `r` of the reduction (see [`ReduceOp::result_per_row`]); each is
+    /// indexed as if it were the whole buffer, and must be read row by row (checked).
+    Rows {
+        /// The expression (one output).
+        expr: Expr,
+    },
+    /// An expression that reads no scratch slot, run once over the whole output.
+    Whole {
+        /// The expression (one output).
+        expr: Expr,
+    },
+}
+
+/// A row reduction kernel with its prologue and epilogue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowReduce {
+    /// The reduction.
+    pub op: ReduceOp,
+    /// Number of rows.
+    pub rows: usize,
+    /// Elements per row.
+    pub len: usize,
+    /// The rows: one output over `rows * len` flat indices.
+    pub prologue: Expr,
+    /// Layer norm's weight over the `len` elements of a row (one output), if any.
+    pub weight: Option<Expr>,
+    /// Layer norm's bias, if any.
+    pub bias: Option<Expr>,
+    /// One entry per kernel output (`dsts[j]`).
+    pub outputs: Vec<RowOut>,
+}
+
+/// Scratch slot `n + k` of an epilogue: elements per row.
+fn scratch_per_row(k: &RowReduce, s: usize) -> Option<usize> {
+    if s == 0 {
+        Some(k.len)
+    } else {
+        k.op.result_per_row(s - 1, k.len)
+    }
+}
+
+impl RowReduce {
+    /// Elements of the kernel's output `j` (as the destination buffer must have).
+    fn out_len(&self, j: usize) -> usize {
+        match &self.outputs[j] {
+            RowOut::Result(r) => self
+                .rows
+                .saturating_mul(self.op.result_per_row(*r as usize, self.len).unwrap_or(0)),
+            RowOut::Rows { expr } | RowOut::Whole { expr } => expr.numel(),
+        }
+    }
+
+    /// Checks every expression against operands of these lengths and kinds, and every scratch
+    /// read against the row structure, so that running cannot read out of bounds.
+    pub fn validate(&self, srcs: &[Src<'_>]) -> Result<(), String> {
+        let n = self
+            .rows
+            .checked_mul(self.len)
+            .filter(|&n| n <= i64::MAX as usize / 4)
+            .ok_or("row reduction is too large")?;
+        if self.len == 0 && matches!(self.op, ReduceOp::Max | ReduceOp::Min) && self.rows > 0 {
+            return Err("cannot take the maximum or minimum of empty rows".into());
+        }
+        let one = |e: &Expr, numel: usize, what: &str| -> Result<(), String> {
+            if e.num_outputs() != 1 || e.numel() != numel {
+                return Err(format!(
+                    "{what} must have one output over {numel} elements, it has {} over {}",
+                    e.num_outputs(),
+                    e.numel()
+                ));
+            }
+            e.validate(srcs).map_err(|m| format!("{what}: {m}"))
+        };
+        one(&self.prologue, n, "prologue")?;
+        if let Some(w) = &self.weight {
+            one(w, self.len, "weight")?;
+        }
+        if let Some(b) = &self.bias {
+            one(b, self.len, "bias")?;
+        }
+        if (self.weight.is_some() || self.bias.is_some())
+            && !matches!(self.op, ReduceOp::LayerNorm { .. })
+        {
+            return Err("only layer norm has a weight and bias".into());
+        }
+        let ns = srcs.len();
+        for (j, o) in self.outputs.iter().enumerate() {
+            match o {
+                RowOut::Result(r) => {
+                    if self.op.result_per_row(*r as usize, self.len).is_none() {
+                        return Err(format!("output {j}: the reduction has no result {r}"));
+                    }
+                }
+                RowOut::Whole { expr } => one(expr, expr.numel(), &format!("output {j}"))?,
+                RowOut::Rows { expr } => {
+                    self.validate_rows(expr, srcs, ns)
+                        .map_err(|m| format!("output {j}: {m}"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::needless_range_loop)]
+    fn validate_rows(&self, e: &Expr, srcs: &[Src<'_>], ns: usize) -> Result<(), String> {
+        e.validate_program()?;
+        if e.num_outputs() != 1 {
+            return Err("an epilogue has one output".into());
+        }
+        let total = e.numel();
+        if self.rows == 0 || total % self.rows != 0 {
+            return Err(format!(
+                "{total} elements are not whole rows of {} rows",
+                self.rows
+            ));
+        }
+        // The leading iteration dims that span the rows.
+        let dims = e.dims();
+        let mut k = 0;
+        let mut p = 1usize;
+        while p < self.rows && k < dims.len() {
+            p *= dims[k];
+            k += 1;
+        }
+        if p != self.rows {
+            return Err("the iteration space does not split at the rows".into());
+        }
+        let mut row_strides = vec![0i64; k];
+        let mut s = 1i64;
+        for d in (0..k).rev() {
+            row_strides[d] = s;
+            s *= dims[d] as i64;
+        }
+        for (i, l) in e.leaves().iter().enumerate() {
+            let LeafSrc::Slot { slot, .. } = l.src else {
+                continue;
+            };
+            let slot = slot as usize;
+            if slot < ns {
+                continue;
+            }
+            let per = scratch_per_row(self, slot - ns)
+                .ok_or_else(|| format!("leaf {i} reads scratch slot {slot}, which is not one"))?
+                as i64;
+            for d in 0..k {
+                if l.strides[d] != per * row_strides[d] {
+                    return Err(format!(
+                        "leaf {i} does not read scratch slot {slot} row by row"
+                    ));
+                }
+            }
+            let (mut lo, mut hi) = (l.offset as i128, l.offset as i128);
+            for d in k..dims.len() {
+                let span = (dims[d] as i128 - 1) * l.strides[d] as i128;
+                if span < 0 {
+                    lo += span;
+                } else {
+                    hi += span;
+                }
+            }
+            if lo < 0 || hi >= per as i128 {
+                return Err(format!(
+                    "leaf {i} reads scratch slot {slot} outside its row of {per}"
+                ));
+            }
+        }
+        // The operand leaves, checked against the operands (scratch slots are checked above).
+        e.validate_operands(srcs, ns)
+    }
+}
+
+/// A row block's destination: a chunk of an output buffer.
+enum Chunk<'a> {
+    F(&'a mut [f32]),
+    B(&'a mut [bool]),
+}
+
+fn sum_f64(x: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let mut it = x.chunks_exact(8);
+    for c in &mut it {
+        for k in 0..8 {
+            acc[k] += c[k] as f64;
+        }
+    }
+    for (k, &v) in it.remainder().iter().enumerate() {
+        acc[k] += v as f64;
+    }
+    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+}
+
+fn sq_dev_f64(x: &[f32], m: f64) -> f64 {
+    let mut acc = [0f64; 8];
+    let mut it = x.chunks_exact(8);
+    for c in &mut it {
+        for k in 0..8 {
+            let d = c[k] as f64 - m;
+            acc[k] += d * d;
+        }
+    }
+    for (k, &v) in it.remainder().iter().enumerate() {
+        let d = v as f64 - m;
+        acc[k] += d * d;
+    }
+    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+}
+
+fn fold_f32(x: &[f32], f: fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [x.first().copied().unwrap_or(0.0); 8];
+    let mut it = x.chunks_exact(8);
+    for c in &mut it {
+        for k in 0..8 {
+            acc[k] = f(acc[k], c[k]);
+        }
+    }
+    for (k, &v) in it.remainder().iter().enumerate() {
+        acc[k] = f(acc[k], v);
+    }
+    acc.iter().copied().fold(acc[0], f)
+}
+
+/// Runs the kernel: `dsts[j]` receives output `j` (full size, row-major). Validates first.
+pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> Result<(), String> {
+    k.validate(srcs)?;
+    if dsts.len() != k.outputs.len() {
+        return Err(format!(
+            "the kernel has {} outputs, {} buffers were given",
+            k.outputs.len(),
+            dsts.len()
+        ));
+    }
+    for (j, d) in dsts.iter().enumerate() {
+        let want = k.out_len(j);
+        let (len, ok) = match d {
+            Dst::F32(b) => (b.len(), true),
+            Dst::Bool(b) => (b.len(), !matches!(k.outputs[j], RowOut::Result(_))),
+            Dst::I64(b) => (b.len(), false),
+        };
+        if !ok || len != want {
+            return Err(format!(
+                "output {j}: the buffer has {len} elements of the wrong type or count (expected {want} f32)"
+            ));
+        }
+    }
+    let eval_vec = |e: &Expr| {
+        let mut v = vec![0f32; e.numel()];
+        run_elementwise(e, srcs, &mut [&mut v]);
+        v
+    };
+    let weight = k.weight.as_ref().map(eval_vec);
+    let bias = k.bias.as_ref().map(eval_vec);
+    // Whole outputs first, then the row blocks.
+    for (j, o) in k.outputs.iter().enumerate() {
+        if let RowOut::Whole { expr } = o {
+            match &mut dsts[j] {
+                Dst::F32(b) => run_elementwise(expr, srcs, &mut [b]),
+                Dst::Bool(b) => {
+                    let v = eval_vec(expr);
+                    for (o, x) in b.iter_mut().zip(v) {
+                        *o = x != 0.0;
+                    }
+                }
+                Dst::I64(_) => {}
+            }
+        }
+    }
+    if k.rows == 0 {
+        return Ok(());
+    }
+    let br = (BLOCK_ELEMS / k.len.max(1)).max(1);
+    let blocks = k.rows.div_ceil(br);
+    let mut per_block: Vec<Vec<Option<Chunk<'_>>>> = (0..blocks).map(|_| vec![]).collect();
+    for (j, d) in dsts.iter_mut().enumerate() {
+        let per = if matches!(k.outputs[j], RowOut::Whole { .. }) {
+            None
+        } else {
+            Some(k.out_len(j) / k.rows)
+        };
+        match (per, d) {
+            (Some(per), Dst::F32(b)) if per > 0 => {
+                for (c, s) in b.chunks_mut(br * per).enumerate() {
+                    per_block[c].push(Some(Chunk::F(s)));
+                }
+            }
+            (Some(per), Dst::Bool(b)) if per > 0 => {
+                for (c, s) in b.chunks_mut(br * per).enumerate() {
+                    per_block[c].push(Some(Chunk::B(s)));
+                }
+            }
+            _ => per_block.iter_mut().for_each(|p| p.push(None)),
+        }
+    }
+    let (w, b) = (weight.as_deref(), bias.as_deref());
+    per_block
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(c, mut outs)| {
+            let r0 = c * br;
+            let r1 = (r0 + br).min(k.rows);
+            run_block(k, srcs, w, b, r0, r1, &mut outs);
+        });
+    Ok(())
+}
+
+fn run_block(
+    k: &RowReduce,
+    srcs: &[Src<'_>],
+    weight: Option<&[f32]>,
+    bias: Option<&[f32]>,
+    r0: usize,
+    r1: usize,
+    outs: &mut [Option<Chunk<'_>>],
+) {
+    let (len, nb) = (k.len, r1 - r0);
+    let mut xin = vec![0f32; nb * len];
+    k.prologue
+        .eval_range(srcs, r0 * len, r1 * len, &mut [&mut xin]);
+    let per0 = k.op.result_per_row(0, len).unwrap_or(1);
+    let mut res0 = vec![0f32; nb * per0];
+    let (mut res1, mut res2) = (vec![], vec![]);
+    let lf = len as f64;
+    for r in 0..nb {
+        let x = &xin[r * len..(r + 1) * len];
+        match k.op {
+            ReduceOp::Sum => res0[r] = sum_f64(x) as f32,
+            ReduceOp::Mean => res0[r] = (sum_f64(x) / lf) as f32,
+            ReduceOp::Max => res0[r] = fold_f32(x, math::max_nan),
+            ReduceOp::Min => res0[r] = fold_f32(x, math::min_nan),
+            ReduceOp::Var { correction } => {
+                let m = sum_f64(x) / lf;
+                res0[r] = (sq_dev_f64(x, m) / (lf - correction).max(0.0)) as f32;
+            }
+            ReduceOp::Softmax | ReduceOp::LogSoftmax => {
+                let m = fold_f32(x, math::max_nan);
+                let out = &mut res0[r * len..(r + 1) * len];
+                for (o, &v) in out.iter_mut().zip(x) {
+                    *o = math::exp(v - m);
+                }
+                let s = sum_f64(out);
+                if k.op == ReduceOp::Softmax {
+                    let inv = (1.0 / s) as f32;
+                    out.iter_mut().for_each(|o| *o *= inv);
+                } else {
+                    let ls = s.ln() as f32;
+                    for (o, &v) in out.iter_mut().zip(x) {
+                        *o = (v - m) - ls;
+                    }
+                }
+            }
+            ReduceOp::LayerNorm { eps } => {
+                let m = sum_f64(x) / lf;
+                let var = sq_dev_f64(x, m) / lf;
+                let rstd = 1.0 / (var + eps).sqrt();
+                let (mf, rf) = (m as f32, rstd as f32);
+                let out = &mut res0[r * len..(r + 1) * len];
+                for (o, &v) in out.iter_mut().zip(x) {
+                    *o = (v - mf) * rf;
+                }
+                if let Some(w) = weight {
+                    for (o, &g) in out.iter_mut().zip(w) {
+                        *o *= g;
+                    }
+                }
+                if let Some(b) = bias {
+                    for (o, &g) in out.iter_mut().zip(b) {
+                        *o += g;
+                    }
+                }
+                res1.push(mf);
+                res2.push(rf);
+            }
+        }
+    }
+    let results: [&[f32]; 3] = [&res0, &res1, &res2];
+    let ns = srcs.len();
+    let mut ext: Vec<Src<'_>> = srcs.to_vec();
+    let mut shift = vec![0i64; ns];
+    ext.push(Src::F32(&xin));
+    shift.push((r0 * len) as i64);
+    for (r, v) in results.iter().enumerate().take(k.op.num_results()) {
+        ext.push(Src::F32(v));
+        let per = k.op.result_per_row(r, len).unwrap_or(1);
+        shift.push((r0 * per) as i64);
+    }
+    for (o, chunk) in k.outputs.iter().zip(outs.iter_mut()) {
+        let Some(chunk) = chunk else { continue };
+        match o {
+            RowOut::Result(r) => {
+                let v = results[*r as usize];
+                if let Chunk::F(d) = chunk {
+                    d.copy_from_slice(&v[..d.len()]);
+                }
+            }
+            RowOut::Rows { expr } => {
+                let per = expr.numel() / k.rows;
+                let (s, e) = (r0 * per, r1 * per);
+                match chunk {
+                    Chunk::F(d) => expr.eval_range_shifted(&ext, &shift, s, e, &mut [d]),
+                    Chunk::B(d) => {
+                        let mut t = vec![0f32; e - s];
+                        expr.eval_range_shifted(&ext, &shift, s, e, &mut [&mut t]);
+                        for (o, x) in d.iter_mut().zip(t) {
+                            *o = x != 0.0;
+                        }
+                    }
+                }
+            }
+            RowOut::Whole { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Builds a [`RowReduce`] from a fusion kernel whose root is a reduction.
+//!
+//! The reduction's input becomes the prologue expression, iterated with the kept dimensions
+//! outermost and the reduced ones innermost (a permuted order for reductions over leading
+//! dimensions). Every kernel output other than the root's own results becomes an epilogue
+//! expression over its shape, where the root's results and its input rows are read from the
+//! kernel's scratch slots; one that reads neither is run on its own over the whole output.
+
+use super::expr::{build as build_expr, build_permuted, build_with, describe};
+use super::Slots;
+use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
+use fxhlo_passes::fusion::{Kernel, KernelKind};
+use fxhlo_runtime::fast::expr::{Expr, LeafSrc};
+use fxhlo_runtime::fast::reduce::{ReduceOp, RowOut, RowReduce};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Placeholder slot of scratch buffer `k` until the operand count is known.
+fn placeholder(k: u32) -> u32 {
+    u32::MAX - k
+}
+
+fn shape(g: &Graph, v: ValueRef) -> Result<Vec<usize>, String> {
+    g.ty(v)
+        .shape
+        .iter()
+        .map(|d| d.as_static().and_then(|n| usize::try_from(n).ok()))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| format!("{}: symbolic shape", describe(g, v.node)))
+}
+
+fn norm_dim(d: i64, rank: usize) -> Option<usize> {
+    let r = rank.max(1) as i64;
+    let x = if d < 0 { d + r } else { d };
+    (0..r).contains(&x).then_some(x as usize)
+}
+
+/// Compiles a fusion kernel of kind [`KernelKind::Reduction`] whole: `dsts[j]` of
+/// [`run_row_reduce`](fxhlo_runtime::fast::reduce::run_row_reduce) is `k.outputs[j]`, and
+/// `srcs[i]` is `slots.values[i]`. Returns Err (the caller falls back) for reductions,
+/// dimensions, dtypes or epilogues it cannot compile.
+pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, String> {
+    if k.kind != KernelKind::Reduction {
+        return Err(format!(
+            "kernel of {} is not a reduction",
+            describe(g, k.root)
+        ));
+    }
+    let ri = k.root;
+    let node = &g.nodes[ri];
+    let err = |m: &str| format!("{}: {m}", describe(g, ri));
+    let NodeKind::Op(op) = node.kind else {
+        return Err(err("not an op"));
+    };
+    let input_name = if op == Op::NativeLayerNorm {
+        "input"
+    } else {
+        "self"
+    };
+    let x = node
+        .arg(input_name)
+        .and_then(Arg::as_tensor)
+        .ok_or_else(|| err("no input tensor"))?;
+    if g.ty(x).dtype != DType::F32 {
+        return Err(err("the input is not f32"));
+    }
+    for (r, t) in node.results.iter().enumerate() {
+        if t.dtype != DType::F32 {
+            return Err(err(&format!("result {r} is {}, not f32", t.dtype)));
+        }
+    }
+    let xs = shape(g, x)?;
+    let rank = xs.len();
+    let dtype_ok = match node.arg("dtype") {
+        None | Some(Arg::None) => true,
+        Some(Arg::DType(d)) => *d == DType::F32,
+        _ => false,
+    };
+    if !dtype_ok {
+        return Err(err("accumulation dtype other than f32"));
+    }
+    // Which dims are reduced, and the op.
+    let dims_arg = |name: &str| -> Result<Vec<usize>, String> {
+        let list = match node.arg(name) {
+            Some(Arg::Ints(v)) => v.clone(),
+            Some(Arg::Int(v)) => vec![*v],
+            None | Some(Arg::None) => vec![],
+            Some(_) => return Err(err("bad dim argument")),
+        };
+        if list.is_empty() {
+            return Ok((0..rank).collect());
+        }
+        let mut ds = vec![];
+        for d in list {
+            let d = norm_dim(d, rank).ok_or_else(|| err("dimension out of range"))?;
+            if rank > 0 && !ds.contains(&d) {
+                ds.push(d);
+            }
+        }
+        Ok(ds)
+    };
+    let scalar = |name: &str| -> Option<f64> {
+        match node.arg(name) {
+            Some(Arg::Int(i)) => Some(*i as f64),
+            Some(Arg::Float(f)) => Some(*f),
+            Some(Arg::Bool(b)) => Some(*b as i64 as f64),
+            _ => None,
+        }
+    };
+    let (rop, red): (ReduceOp, Vec<usize>) = match op {
+        Op::SumDimIntList => (ReduceOp::Sum, dims_arg("dim")?),
+        Op::MeanDim => (ReduceOp::Mean, dims_arg("dim")?),
+        Op::Mean => (ReduceOp::Mean, (0..rank).collect()),
+        Op::Amax => (ReduceOp::Max, dims_arg("dim")?),
+        Op::Amin => (ReduceOp::Min, dims_arg("dim")?),
+        Op::VarCorrection => (
+            ReduceOp::Var {
+                correction: scalar("correction").unwrap_or(1.0),
+            },
+            dims_arg("dim")?,
+        ),
+        Op::VarDim => {
+            let unbiased = !matches!(node.arg("unbiased"), Some(Arg::Bool(false)));
+            (
+                ReduceOp::Var {
+                    correction: if unbiased { 1.0 } else { 0.0 },
+                },
+                dims_arg("dim")?,
+            )
+        }
+        Op::Softmax | Op::LogSoftmax => {
+            let d = match node.arg("dim") {
+                Some(Arg::Int(d)) => norm_dim(*d, rank).ok_or_else(|| err("bad dim"))?,
+                _ => return Err(err("bad dim")),
+            };
+            if rank > 0 && d != rank - 1 {
+                return Err(err("softmax over a dimension other than the last"));
+            }
+            let o = if op == Op::Softmax {
+                ReduceOp::Softmax
+            } else {
+                ReduceOp::LogSoftmax
+            };
+            (o, if rank > 0 { vec![rank - 1] } else { vec![] })
+        }
+        Op::NativeLayerNorm => {
+            let ns = match node.arg("normalized_shape") {
+                Some(Arg::Ints(v)) => v.clone(),
+                Some(Arg::Int(v)) => vec![*v],
+                _ => return Err(err("bad normalized_shape")),
+            };
+            if ns.len() > rank
+                || ns
+                    .iter()
+                    .zip(&xs[rank - ns.len()..])
+                    .any(|(&a, &b)| a != b as i64)
+            {
+                return Err(err(
+                    "normalized_shape does not match the trailing dimensions",
+                ));
+            }
+            let eps = match node.arg("eps") {
+                Some(Arg::Float(f)) => *f,
+                Some(Arg::Int(i)) => *i as f64,
+                _ => return Err(err("bad eps")),
+            };
+            (
+                ReduceOp::LayerNorm { eps },
+                (rank - ns.len()..rank).collect(),
+            )
+        }
+        _ => return Err(err("this reduction has no fast kernel")),
+    };
+    let kept: Vec<usize> = (0..rank).filter(|d| !red.contains(d)).collect();
+    let mut red_sorted = red.clone();
+    red_sorted.sort_unstable();
+    let perm: Vec<usize> = kept.iter().chain(&red_sorted).copied().collect();
+    let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
+    let rows: usize = kept.iter().map(|&d| xs[d]).product();
+    let len: usize = red_sorted.iter().map(|&d| xs[d]).product();
+
+    let members: BTreeSet<NodeId> = k.nodes.iter().chain(&k.recomputed).copied().collect();
+    let none = BTreeMap::new();
+    let prologue = build_permuted(g, &members, x, &perm, slots, &none)?;
+    // Layer norm's weight and bias over a row.
+    let (mut weight, mut bias) = (None, None);
+    if op == Op::NativeLayerNorm {
+        let row_shape: Vec<usize> = red_sorted.iter().map(|&d| xs[d]).collect();
+        for (name, slot) in [("weight", &mut weight), ("bias", &mut bias)] {
+            if let Some(Arg::Tensor(t)) = node.arg(name) {
+                if shape(g, *t)? != row_shape {
+                    return Err(err(&format!("{name} does not have the normalized shape")));
+                }
+                *slot = Some(build_expr(g, &members, &[*t], &row_shape, slots)?);
+            }
+        }
+    }
+    // Outputs.
+    let mut subst: BTreeMap<ValueRef, u32> = BTreeMap::new();
+    if identity {
+        subst.insert(x, placeholder(0));
+    }
+    for r in 0..node.results.len() {
+        subst.insert(ValueRef::new(ri, r), placeholder(1 + r as u32));
+    }
+    let mut outputs = vec![];
+    for &o in &k.outputs {
+        if o.node == ri {
+            outputs.push(RowOut::Result(o.index as u32));
+            continue;
+        }
+        let os = shape(g, o)?;
+        // Where o is the reduction's input itself, read it back from the rows.
+        let expr = build_with(g, &members, &[o], &os, slots, &subst)?;
+        let scratch = expr
+            .leaves()
+            .iter()
+            .any(|l| matches!(l.src, LeafSrc::Slot { slot, .. } if slot >= placeholder(8)));
+        outputs.push(if scratch {
+            RowOut::Rows { expr }
+        } else {
+            RowOut::Whole { expr }
+        });
+    }
+    let n = slots.values.len() as u32;
+    let remap = |e: &mut Expr| {
+        e.map_slots(|s| {
+            if s >= placeholder(8) {
+                n + (u32::MAX - s)
+            } else {
+                s
+            }
+        })
+    };
+    for o in outputs.iter_mut() {
+        if let RowOut::Rows { expr } = o {
+            remap(expr);
+        }
+    }
+    Ok(RowReduce {
+        op: rop,
+        rows,
+        len,
+        prologue,
+        weight,
+        bias,
+        outputs,
+    })
+}
