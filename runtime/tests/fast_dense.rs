@@ -564,6 +564,9 @@ fn conv_validate_errors() {
     assert!(ConvSpec::new([1, 4, 2, 2], [4, 4, 3, 3], [1, 1], [0, 0], [1, 1], 1).is_err());
     assert!(ConvSpec::new([1, 4, 5, 5], [4, 4, 3, 3], [0, 1], [0, 0], [1, 1], 1).is_err());
     assert!(ConvSpec::new([1, 4, 5, 5], [3, 2, 3, 3], [1, 1], [0, 0], [1, 1], 2).is_err());
+    let huge = usize::MAX / 2 + 1;
+    assert!(ConvSpec::new([1, 4, 5, 5], [4, 4, 3, 3], [1, 1], [huge, 0], [1, 1], 1).is_err());
+    assert!(ConvSpec::new([1, 4, 5, 5], [4, 4, 3, 3], [1, 1], [0, 0], [huge, 1], 1).is_err());
     let s = conv([2, 4, 5, 5], 6, [3, 3], 1, 1, 1, 2);
     let (x, w, o) = (s.input_len(), s.weight_len(), s.output_len());
     assert!(s.validate(x, w, Some(6), o).is_ok());

@@ -71,6 +71,15 @@ impl ConvSpec {
                 "stride {stride:?} and dilation {dilation:?} must be positive"
             ));
         }
+        let params = [x, w].concat();
+        let params = params
+            .iter()
+            .chain(&stride)
+            .chain(&padding)
+            .chain(&dilation);
+        if params.copied().any(|v| v > MAX_DIM) {
+            return Err("convolution parameter beyond 2^31".into());
+        }
         let mut o = [0usize; 2];
         for d in 0..2 {
             let (size, k) = (x[2 + d], w[2 + d]);
