@@ -1,13 +1,20 @@
-"""fxhlo: PyTorch core-ATen FX graphs -> StableHLO.
+"""fxhlo: PyTorch core-ATen FX graphs -> an optimizing compiler (StableHLO, fast CPU kernels).
 
-The Python side writes fxjson graphs and test tensors: ``fxhlo.dump`` (``from fxhlo.dump import
-dump``; CLI ``python -m fxhlo.dump``) and ``fxhlo.models`` (the testdata model registry).
-The format is specified in docs/graph-format.md.  Importing this package does not import torch.
+* ``torch.compile(model, backend="fxhlo")``: the torch backend (``fxhlo.backend``), registered
+  through the ``torch_dynamo_backends`` entry point, so no import of fxhlo is needed;
+  see docs/torch-backend.md.
+* ``fxhlo.dump`` (CLI ``python -m fxhlo.dump``) writes fxjson graphs and test tensors,
+  ``fxhlo.models`` is the testdata model registry; the format is docs/graph-format.md.
+
+Importing this package does not import torch.
 """
 
 __version__ = "0.1.0"
 
 try:  # the Rust extension, present when the package is installed (maturin build)
-    from ._native import inspect, run_reference, supported_ops  # noqa: F401
+    from ._native import (  # noqa: F401
+        CompileError, ExecutionError, FxhloError, compile, inspect, load_artifact,
+        run_reference, supported_ops,
+    )
 except ImportError:  # running from a source checkout without the extension
     pass

@@ -269,10 +269,7 @@ def export_program(model: torch.nn.Module, example_inputs: tuple) -> ExportedPro
 
 def graph_to_fxjson(ep: ExportedProgram) -> Dict[str, Any]:
     """Convert a (decomposed) ExportedProgram to an fxjson dict."""
-    gm = ep.graph_module
-    graph = gm.graph
     sig = ep.graph_signature
-
     specs = {}
     for s in sig.input_specs:
         if s.kind not in _KIND_NAMES:
@@ -285,14 +282,86 @@ def graph_to_fxjson(ep: ExportedProgram) -> Dict[str, Any]:
             raise DumpError(f"output {getattr(s.arg, 'name', s.arg)!r} has kind {s.kind.name} "
                             f"(target {s.target!r}); only USER_OUTPUT is supported (the model "
                             f"must not mutate buffers or inputs)")
-
     canon = canonical_targets(ep)
+
+    def placeholder_entry(n: torch.fx.Node) -> Dict[str, Any]:
+        s = specs.get(n.name)
+        if s is None:
+            raise DumpError(f"placeholder {n.name!r} is not in the graph signature")
+        entry = {"name": n.name, "kind": _KIND_NAMES[s.kind]}
+        if s.kind != InputKind.USER_INPUT:
+            entry["target"] = canon[s.target]
+        return entry
+
+    return encode_graph(ep.graph_module.graph, placeholder_entry)
+
+
+def graph_module_to_fxjson(gm: torch.fx.GraphModule,
+                           outputs: Optional[Sequence[torch.fx.Node]] = None
+                           ) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
+    """Convert a plain GraphModule of core ATen ops (e.g. from aot_autograd) to fxjson.
+
+    Every placeholder becomes a user input named after the node (in placeholder order);
+    ``get_attr`` nodes holding tensors (lifted constants) become ``constant`` inputs whose bytes
+    are returned in the weights dict, keyed by the attribute path.  ``outputs`` (default: the
+    graph's output node's tensors) selects the values the graph returns; only the nodes they
+    need are written.  Every node needs ``meta['val']``, as make_fx/aot_autograd record it.
+    Returns ``(fxjson dict, weights)``.
+    """
+    graph = gm.graph
+    weights: Dict[str, torch.Tensor] = {}
+
+    def placeholder_entry(n: torch.fx.Node) -> Dict[str, Any]:
+        return {"name": n.name, "kind": "user_input"}
+
+    def get_attr_entry(n: torch.fx.Node) -> Dict[str, Any]:
+        t = gm
+        for part in str(n.target).split("."):
+            t = getattr(t, part, None)
+        if not isinstance(t, torch.Tensor):
+            raise DumpError(f"node {n.name!r}: get_attr {n.target!r} is a "
+                            f"{type(t).__name__}, not a tensor")
+        weights[str(n.target)] = t.detach().contiguous()
+        if "val" not in n.meta:
+            n.meta["val"] = t
+        return {"name": n.name, "kind": "constant", "target": str(n.target)}
+
+    g = encode_graph(graph, placeholder_entry, get_attr_entry=get_attr_entry, outputs=outputs)
+    return g, weights
+
+
+def _needed_nodes(graph: torch.fx.Graph, outputs: Sequence[torch.fx.Node]) -> set:
+    """The nodes ``outputs`` depend on (themselves included); getitems of multi-result nodes
+    that are needed are kept too, so result names stay those of the getitem nodes."""
+    need, stack = set(), list(outputs)
+    while stack:
+        n = stack.pop()
+        if n in need:
+            continue
+        need.add(n)
+        stack.extend(n.all_input_nodes)
+    for n in graph.nodes:
+        if n.op == "call_function" and n.target is operator.getitem and n.args[0] in need:
+            need.add(n)
+    return need
+
+
+def encode_graph(graph: torch.fx.Graph, placeholder_entry, *, get_attr_entry=None,
+                 outputs: Optional[Sequence[torch.fx.Node]] = None) -> Dict[str, Any]:
+    """The shared fxjson encoder of an FX graph of ATen op overloads.
+
+    ``placeholder_entry(node)`` returns the input entry (``name``, ``kind``, maybe ``target``)
+    of a placeholder; its ``type`` is added from ``meta['val']``.  ``get_attr_entry(node)`` does
+    the same for ``get_attr`` nodes (refused when None).  ``outputs`` overrides the graph's
+    outputs (then only the nodes they need are encoded; placeholders are always kept, in
+    order).
+    """
     all_names = {n.name for n in graph.nodes}
     used_names = set()
     # fx.Node -> value name, plus (multi-result node, index) -> name
     names: Dict[torch.fx.Node, str] = {}
     multi_results: Dict[torch.fx.Node, List[str]] = {}
-    outputs: List[str] = []
+    keep = None if outputs is None else _needed_nodes(graph, outputs)
 
     def value_name(n: torch.fx.Node, where: str) -> str:
         if n not in names:
@@ -300,18 +369,29 @@ def graph_to_fxjson(ep: ExportedProgram) -> Dict[str, Any]:
                             f"before it")
         return names[n]
 
+    def output_names(outs) -> List[str]:
+        res = []
+        for i, o in enumerate(outs):
+            if not isinstance(o, torch.fx.Node):
+                raise DumpError(f"output {i} is {o!r}, not a tensor value of the graph")
+            res.append(value_name(o, f"output {i}"))
+        return res
+
     enc = _Encoder(value_name)
     inputs, nodes = [], []
+    out_names: Optional[List[str]] = None
 
     for n in graph.nodes:
         where = f"node {n.name!r}"
-        if n.op == "placeholder":
-            s = specs.get(n.name)
-            if s is None:
-                raise DumpError(f"placeholder {n.name!r} is not in the graph signature")
-            entry = {"name": n.name, "kind": _KIND_NAMES[s.kind]}
-            if s.kind != InputKind.USER_INPUT:
-                entry["target"] = canon[s.target]
+        if keep is not None and n.op not in ("placeholder", "output") and n not in keep:
+            continue
+        if n.op == "placeholder" or n.op == "get_attr":
+            if n.op == "placeholder":
+                entry = dict(placeholder_entry(n))
+            elif get_attr_entry is not None:
+                entry = dict(get_attr_entry(n))
+            else:
+                raise DumpError(f"{where}: FX node kind 'get_attr' is not supported here")
             entry["type"] = type_of(n.meta.get("val"), f"input {n.name!r}")
             inputs.append(entry)
             names[n] = n.name
@@ -346,6 +426,8 @@ def graph_to_fxjson(ep: ExportedProgram) -> Dict[str, Any]:
             if isinstance(val, (list, tuple)):
                 readers = {}
                 for u in n.users:
+                    if keep is not None and u not in keep:
+                        continue
                     if u.op == "call_function" and u.target is operator.getitem:
                         i = u.args[1]
                         if isinstance(i, int) and i not in readers:
@@ -376,18 +458,16 @@ def graph_to_fxjson(ep: ExportedProgram) -> Dict[str, Any]:
                 results = [{"name": n.name, "type": type_of(val, f"{where} result")}]
             nodes.append({"name": n.name, "op": op, "args": args, "results": results})
         elif n.op == "output":
-            outs = n.args[0]
+            outs = n.args[0] if outputs is None else list(outputs)
             if not isinstance(outs, (list, tuple)):
                 outs = [outs]
-            outputs = []
-            for i, o in enumerate(outs):
-                if not isinstance(o, torch.fx.Node):
-                    raise DumpError(f"output {i} is {o!r}, not a tensor value of the graph")
-                outputs.append(value_name(o, f"output {i}"))
+            out_names = output_names(outs)
         else:
             raise DumpError(f"{where}: FX node kind {n.op!r} is not supported "
                             f"(only placeholder, call_function, output)")
 
+    if out_names is None:
+        raise DumpError("the graph has no output node")
     g = {
         "format": FORMAT,
         "version": VERSION,
@@ -397,7 +477,7 @@ def graph_to_fxjson(ep: ExportedProgram) -> Dict[str, Any]:
         g["weights"] = "weights.safetensors"
     g["inputs"] = inputs
     g["nodes"] = nodes
-    g["outputs"] = outputs
+    g["outputs"] = out_names
     return g
 
 
