@@ -490,3 +490,44 @@ fn unsupported_reductions_are_errors() {
     }
     assert_eq!(n, 3);
 }
+
+#[test]
+fn corrupted_row_reductions_are_rejected_before_running() {
+    use fxhlo_runtime::fast::reduce::run_row_reduce;
+    use fxhlo_runtime::fast::Dst;
+    let g = graph(
+        "  %x: f32[4, 16] = input
+  %m: f32[4, 1] = aten.amax.default(%x, dim=[1], keepdim=true)
+  %d: f32[4, 16] = aten.sub.Tensor(%x, %m)
+  %e: f32[4, 16] = aten.exp.default(%d)
+  return %e, %m",
+    );
+    let plan = fusion::plan(&g);
+    let k = plan
+        .kernels
+        .iter()
+        .find(|k| k.kind == KernelKind::Reduction)
+        .unwrap();
+    let mut slots = Slots::default();
+    let rr = fxhlo_lowering::kernels::reduce::build(&g, k, &mut slots).unwrap();
+    let x = vec![0.5f32; 64];
+    let srcs = [Src::F32(&x)];
+    rr.validate(&srcs).unwrap();
+    let mut bad_rows = rr.clone();
+    bad_rows.rows = 3;
+    let mut bad_len = rr.clone();
+    bad_len.len = 17;
+    let mut bad_slot = rr.clone();
+    bad_slot.prologue.map_slots(|s| s + 5);
+    for bad in [bad_rows, bad_len, bad_slot] {
+        assert!(bad.validate(&srcs).is_err(), "{bad:?}");
+        let mut a = vec![0f32; 64];
+        let mut b = vec![0f32; 4];
+        let mut dsts = [Dst::F32(&mut a), Dst::F32(&mut b)];
+        assert!(run_row_reduce(&bad, &srcs, &mut dsts).is_err());
+    }
+    // Buffers of the wrong size are refused too.
+    let mut a = vec![0f32; 64];
+    let mut b = vec![0f32; 5];
+    assert!(run_row_reduce(&rr, &srcs, &mut [Dst::F32(&mut a), Dst::F32(&mut b)]).is_err());
+}

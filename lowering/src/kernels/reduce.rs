@@ -236,7 +236,7 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
             remap(expr);
         }
     }
-    Ok(RowReduce {
+    let rr = RowReduce {
         op: rop,
         rows,
         len,
@@ -244,5 +244,7 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
         weight,
         bias,
         outputs,
-    })
+    };
+    rr.check_structure(n as usize).map_err(|m| err(&m))?;
+    Ok(rr)
 }

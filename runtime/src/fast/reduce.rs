@@ -179,8 +179,59 @@ impl RowReduce {
         Ok(())
     }
 
-    #[allow(clippy::needless_range_loop)]
     fn validate_rows(&self, e: &Expr, srcs: &[Src<'_>], ns: usize) -> Result<(), String> {
+        self.check_scratch_reads(e, ns)?;
+        // The operand leaves, checked against the operands (scratch slots are checked above).
+        e.validate_operands(srcs, ns)
+    }
+
+    /// Checks everything that does not depend on the operands' lengths: the expressions'
+    /// programs and sizes, and that every epilogue reads its scratch slots row by row, for a
+    /// kernel with `num_srcs` operands. Kernel builders call it so that a kernel that would
+    /// fail [`validate`](RowReduce::validate) is refused when it is built.
+    pub fn check_structure(&self, num_srcs: usize) -> Result<(), String> {
+        self.rows
+            .checked_mul(self.len)
+            .filter(|&n| n <= i64::MAX as usize / 4)
+            .ok_or("row reduction is too large")?;
+        for (e, n) in [
+            (Some(&self.prologue), self.rows * self.len),
+            (self.weight.as_ref(), self.len),
+            (self.bias.as_ref(), self.len),
+        ] {
+            if let Some(e) = e {
+                e.validate_program()?;
+                if e.num_outputs() != 1 || e.numel() != n {
+                    return Err("an expression has the wrong size".into());
+                }
+                if e.slots().iter().any(|&(s, _)| s as usize >= num_srcs) {
+                    return Err("the prologue reads a scratch slot".into());
+                }
+            }
+        }
+        for (j, o) in self.outputs.iter().enumerate() {
+            match o {
+                RowOut::Result(r) => {
+                    if self.op.result_per_row(*r as usize, self.len).is_none() {
+                        return Err(format!("output {j}: the reduction has no result {r}"));
+                    }
+                }
+                RowOut::Whole { expr } => {
+                    expr.validate_program()?;
+                    if expr.slots().iter().any(|&(s, _)| s as usize >= num_srcs) {
+                        return Err(format!("output {j} reads a scratch slot"));
+                    }
+                }
+                RowOut::Rows { expr } => self
+                    .check_scratch_reads(expr, num_srcs)
+                    .map_err(|m| format!("output {j}: {m}"))?,
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::needless_range_loop)]
+    fn check_scratch_reads(&self, e: &Expr, ns: usize) -> Result<(), String> {
         e.validate_program()?;
         if e.num_outputs() != 1 {
             return Err("an epilogue has one output".into());
@@ -221,7 +272,7 @@ impl RowReduce {
                 .ok_or_else(|| format!("leaf {i} reads scratch slot {slot}, which is not one"))?
                 as i64;
             for d in 0..k {
-                if l.strides[d] != per * row_strides[d] {
+                if dims[d] != 1 && l.strides[d] != per * row_strides[d] {
                     return Err(format!(
                         "leaf {i} does not read scratch slot {slot} row by row"
                     ));
@@ -242,8 +293,7 @@ impl RowReduce {
                 ));
             }
         }
-        // The operand leaves, checked against the operands (scratch slots are checked above).
-        e.validate_operands(srcs, ns)
+        Ok(())
     }
 }
 
