@@ -2,8 +2,9 @@
 //! compiled by the kernel families that cover it, else a fallback step that runs the kernel's
 //! nodes in the reference interpreter (listed with its reason by `--stats`).
 
+use super::Slots;
 use fxhlo_ir::{Arg, Graph, InputKind, Node, NodeId, NodeKind, ValueRef};
-use fxhlo_passes::fusion::{FusionPlan, Kernel as FusionKernel};
+use fxhlo_passes::fusion::{FusionPlan, Kernel as FusionKernel, KernelKind};
 use fxhlo_runtime::fast::program::{BlockSpec, Kernel, Launch, Program, Step, TensorSpec, ValueId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -117,8 +118,257 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
 
 /// The steps of one fusion kernel: the fast families first, the fallback otherwise.
 fn build_kernel(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
-    let reason = "no fast kernel for this kind yet".to_string();
-    fallback_step(g, k, vals, reason).map(|s| vec![s])
+    let fast = match k.kind {
+        KernelKind::Elementwise => {
+            let members = members(k);
+            elementwise_steps(g, &members, &k.outputs, &BTreeSet::new(), vals)
+        }
+        KernelKind::Matmul | KernelKind::Conv => heavy_steps(g, k, vals),
+        KernelKind::Other => other_step(g, k, vals).map(|s| vec![s]),
+        KernelKind::Reduction => reduction_step(g, k, vals).map(|s| vec![s]),
+    };
+    match fast {
+        Ok(steps) => Ok(steps),
+        Err(reason) => fallback_step(g, k, vals, reason).map(|s| vec![s]),
+    }
+}
+
+fn members(k: &FusionKernel) -> BTreeSet<NodeId> {
+    k.nodes.iter().chain(&k.recomputed).copied().collect()
+}
+
+/// A step's operand values, each of which must be computed outside the kernel (`inside` holds
+/// the nodes whose values exist only within it).
+fn operand_ids(
+    g: &Graph,
+    vs: &[ValueRef],
+    inside: &BTreeSet<NodeId>,
+    vals: &mut Values<'_>,
+) -> Result<Vec<ValueId>, String> {
+    vs.iter()
+        .map(|v| {
+            if inside.contains(&v.node) {
+                Err(format!(
+                    "value '{}' would have to be materialized inside the kernel",
+                    g.value_name(*v)
+                ))
+            } else {
+                vals.id(*v)
+            }
+        })
+        .collect()
+}
+
+fn launch(vals: &Values<'_>, srcs: &[ValueId], dsts: &[ValueId], grid: Vec<usize>) -> Launch {
+    Launch {
+        grid,
+        blocks: srcs
+            .iter()
+            .chain(dsts)
+            .map(|&v| BlockSpec::whole(&vals.specs[v as usize].shape))
+            .collect(),
+    }
+}
+
+/// Elementwise steps computing `outputs` from `members`: one fused expression per output
+/// shape. Values in `given` are read from the program (computed by an earlier step).
+fn elementwise_steps(
+    g: &Graph,
+    members: &BTreeSet<NodeId>,
+    outputs: &[ValueRef],
+    given: &BTreeSet<ValueRef>,
+    vals: &mut Values<'_>,
+) -> Result<Vec<Step>, String> {
+    let mut by_shape: BTreeMap<Vec<i64>, Vec<ValueRef>> = BTreeMap::new();
+    for &o in outputs {
+        let shape = g
+            .ty(o)
+            .shape
+            .iter()
+            .map(|d| d.as_static().ok_or("symbolic shape"))
+            .collect::<Result<Vec<i64>, _>>()?;
+        by_shape.entry(shape).or_default().push(o);
+    }
+    let mut steps = vec![];
+    for (shape, roots) in by_shape {
+        let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        let mut slots = Slots::default();
+        let e = super::expr::build(g, members, &roots, &shape, &mut slots)?;
+        let inside: BTreeSet<NodeId> = members
+            .iter()
+            .copied()
+            .filter(|n| !given.iter().any(|v| v.node == *n))
+            .collect();
+        let srcs = operand_ids(g, &slots.values, &inside, vals)?;
+        let dsts = operand_ids(g, &roots, &BTreeSet::new(), vals)?;
+        let numel: usize = shape.iter().product();
+        let grid = vec![numel.div_ceil(fxhlo_runtime::fast::expr::TASK).max(1)];
+        let launch = launch(vals, &srcs, &dsts, grid);
+        steps.push(Step {
+            nodes: members.iter().map(|&i| g.nodes[i].name.clone()).collect(),
+            srcs,
+            dsts,
+            launch,
+            kernel: Kernel::Elementwise(e),
+        });
+    }
+    Ok(steps)
+}
+
+/// A matmul or convolution, then its epilogue (the kernel's nodes that depend on it) as an
+/// elementwise step over its result.
+fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
+    let root = k.root;
+    let all = members(k);
+    let (kernel, operands, grid) = match k.kind {
+        KernelKind::Matmul => {
+            let m = super::dense::matmul_spec(g, root)?;
+            let mut ops = vec![m.a, m.b];
+            ops.extend(m.bias);
+            let grid = vec![m.spec.batch, m.spec.m.div_ceil(m.spec.block_rows().max(1))];
+            (Kernel::Matmul(m.spec), ops, grid)
+        }
+        _ => {
+            let c = super::dense::conv_spec(g, root)?;
+            let mut ops = vec![c.input, c.weight];
+            ops.extend(c.bias);
+            let grid = vec![c.spec.n, c.spec.groups];
+            (
+                Kernel::Conv {
+                    spec: c.spec,
+                    bias: c.bias.is_some(),
+                },
+                ops,
+                grid,
+            )
+        }
+    };
+    // The prologue: members the root depends on (views folded into its operands); every
+    // other member is epilogue, computed after the product.
+    let mut prologue = BTreeSet::new();
+    let mut work = vec![root];
+    while let Some(i) = work.pop() {
+        for v in g.nodes[i].args.iter().flat_map(|a| a.values()) {
+            if all.contains(&v.node) && prologue.insert(v.node) {
+                work.push(v.node);
+            }
+        }
+    }
+    // Operands the spec could not read through (a view that is not a stride pattern) are
+    // materialized first by an elementwise step over the prologue.
+    let mut steps = vec![];
+    let unfolded: Vec<ValueRef> = operands
+        .iter()
+        .copied()
+        .filter(|v| all.contains(&v.node))
+        .collect();
+    if !unfolded.is_empty() {
+        steps.extend(elementwise_steps(
+            g,
+            &prologue,
+            &unfolded,
+            &BTreeSet::new(),
+            vals,
+        )?);
+    }
+    let srcs = operand_ids(g, &operands, &BTreeSet::new(), vals)?;
+    let product = ValueRef::new(root, 0);
+    let dst = vals.id(product)?;
+    steps.push(Step {
+        nodes: prologue
+            .iter()
+            .chain([&root])
+            .map(|&i| g.nodes[i].name.clone())
+            .collect(),
+        launch: launch(vals, &srcs, &[dst], grid),
+        srcs,
+        dsts: vec![dst],
+        kernel,
+    });
+    let epilogue: BTreeSet<NodeId> = all
+        .iter()
+        .copied()
+        .filter(|i| *i != root && !prologue.contains(i))
+        .collect();
+    let outs: Vec<ValueRef> = k
+        .outputs
+        .iter()
+        .copied()
+        .filter(|v| v.node != root)
+        .collect();
+    if outs.iter().any(|v| prologue.contains(&v.node)) {
+        return Err("a value of the matmul/conv prologue is used outside the kernel".into());
+    }
+    if !outs.is_empty() {
+        steps.extend(elementwise_steps(
+            g,
+            &epilogue,
+            &outs,
+            &BTreeSet::from([product]),
+            vals,
+        )?);
+    }
+    Ok(steps)
+}
+
+/// A reduction kernel with its prologue and epilogue.
+fn reduction_step(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Step, String> {
+    let mut slots = Slots::default();
+    let r = super::reduce::build(g, k, &mut slots)?;
+    let srcs = operand_ids(g, &slots.values, &members(k), vals)?;
+    let dsts = operand_ids(g, &k.outputs, &BTreeSet::new(), vals)?;
+    let launch = launch(vals, &srcs, &dsts, vec![r.rows.max(1)]);
+    Ok(Step {
+        nodes: node_names(g, k),
+        srcs,
+        dsts,
+        launch,
+        kernel: Kernel::RowReduce(r),
+    })
+}
+
+/// Pooling and gathers (single-node kernels).
+fn other_step(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Step, String> {
+    let root = k.root;
+    let op = g.nodes[root].op();
+    use fxhlo_ir::Op;
+    let (kernel, operands, results) = match op {
+        Some(Op::MaxPool2dWithIndices | Op::AvgPool2d | Op::AdaptiveAvgPool2d) => {
+            let p = super::dense::pool_spec(g, root)?;
+            let mut results = vec![ValueRef::new(root, 0)];
+            let want_idx = p.indices && k.outputs.contains(&ValueRef::new(root, 1));
+            if want_idx {
+                results.push(ValueRef::new(root, 1));
+            }
+            (Kernel::Pool(p.spec), vec![p.input], results)
+        }
+        Some(Op::Embedding | Op::IndexSelect) => {
+            let gk = super::dense::gather_spec(g, root)?;
+            (
+                Kernel::Gather(gk.spec),
+                vec![gk.table, gk.indices],
+                vec![ValueRef::new(root, 0)],
+            )
+        }
+        _ => {
+            // View-like ops (split, ...) may still be expressible as elementwise copies.
+            let steps = elementwise_steps(g, &members(k), &k.outputs, &BTreeSet::new(), vals)
+                .map_err(|e| format!("no fast kernel for this op yet ({e})"))?;
+            return match <[Step; 1]>::try_from(steps) {
+                Ok([s]) => Ok(s),
+                Err(_) => Err("no fast kernel for this op yet".into()),
+            };
+        }
+    };
+    let srcs = operand_ids(g, &operands, &BTreeSet::from([root]), vals)?;
+    let dsts = operand_ids(g, &results, &BTreeSet::new(), vals)?;
+    Ok(Step {
+        nodes: vec![g.nodes[root].name.clone()],
+        launch: launch(vals, &srcs, &dsts, vec![1]),
+        srcs,
+        dsts,
+        kernel,
+    })
 }
 
 /// Names of a kernel's nodes, in order.

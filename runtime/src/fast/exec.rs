@@ -639,6 +639,19 @@ fn i64_src<'a>(s: &[Src<'a>], k: usize) -> Result<&'a [i64], String> {
 fn run_kernel(k: &Kernel, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> Result<(), String> {
     let no_epilogue = |_: usize, _: usize, _: &mut [f32]| {};
     match (k, dsts) {
+        (Kernel::Elementwise(e), dsts) => {
+            e.validate(srcs)?;
+            let mut outs: Vec<&mut [f32]> = Vec::with_capacity(dsts.len());
+            for d in dsts.iter_mut() {
+                match d {
+                    Dst::F32(o) if o.len() == e.numel() => outs.push(o),
+                    _ => return Err("elementwise results must be f32 of the iteration size".into()),
+                }
+            }
+            super::expr::run_elementwise(e, srcs, &mut outs);
+            Ok(())
+        }
+        (Kernel::RowReduce(r), dsts) => super::reduce::run_row_reduce(r, srcs, dsts),
         (Kernel::Matmul(spec), [Dst::F32(c)]) => {
             let bias = if spec.bias.is_some() {
                 Some(f32_src(srcs, 2)?)
@@ -694,6 +707,20 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
     let want = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
     match &s.kernel {
         Kernel::Fallback { .. } => Ok(()),
+        Kernel::Elementwise(e) => {
+            e.validate_program()?;
+            want(
+                n_dst == e.num_outputs() && s.dsts.iter().all(|v| len(Some(v)) == Some(e.numel())),
+                "elementwise results must match the expression's outputs",
+            )?;
+            want(all_f32(&s.dsts), "elementwise results must be f32")?;
+            let kinds = e.slots();
+            want(
+                kinds.iter().all(|&(slot, _)| (slot as usize) < n_src),
+                "elementwise expression reads a missing operand",
+            )
+        }
+        Kernel::RowReduce(r) => r.check_structure(n_src),
         Kernel::Matmul(m) => {
             want(
                 n_src == 2 + m.bias.is_some() as usize && n_dst == 1,

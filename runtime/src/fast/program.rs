@@ -113,6 +113,11 @@ pub enum Kernel {
         /// Why no fast kernel was used.
         reason: String,
     },
+    /// A fused elementwise expression: sources are its operand slots, destinations its outputs.
+    Elementwise(super::expr::Expr),
+    /// A row reduction (softmax, layer norm, sum/mean/max/var, ...) with its prologue and
+    /// epilogue: sources are its operand slots, destinations the fusion kernel's outputs.
+    RowReduce(super::reduce::RowReduce),
     /// `mm`/`bmm`/`addmm`: sources `a`, `b` and, with a bias, `bias`; destination `C`.
     Matmul(super::gemm::MatmulSpec),
     /// 2-D convolution: sources `x`, `w` and, when `bias`, the bias; destination the output.
@@ -134,6 +139,8 @@ impl Kernel {
     pub fn kind(&self) -> &'static str {
         match self {
             Kernel::Fallback { .. } => "fallback",
+            Kernel::Elementwise(_) => "elementwise",
+            Kernel::RowReduce(_) => "reduction",
             Kernel::Matmul(_) => "matmul",
             Kernel::Conv { .. } => "conv",
             Kernel::Pool(_) => "pool",
