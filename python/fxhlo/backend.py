@@ -262,11 +262,49 @@ def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
         enable_gqa=enable_gqa)[0]
 
 
+class _AttentionAsMath:
+    """While aot_autograd traces, ``scaled_dot_product_attention`` runs as :func:`_sdpa_math`,
+    so autograd differentiates the math: calls in the Dynamo graph are retargeted, and the
+    module attribute ``torch.nn.functional.scaled_dot_product_attention`` is swapped for the
+    duration of the trace (it is what functions Dynamo keeps whole, such as
+    ``F.multi_head_attention_forward``, call)."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        import torch.nn.functional as F
+        targets = {F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
+        changed = False
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and n.target in targets:
+                n.target = _sdpa_math
+                changed = True
+        if changed:
+            gm.recompile()
+
+    def __enter__(self):
+        import torch.nn.functional as F
+        self.saved = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = _sdpa_math
+        return self
+
+    def __exit__(self, *exc):
+        import torch.nn.functional as F
+        F.scaled_dot_product_attention = self.saved
+        return False
+
+
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    """aten.var_mean.correction as aten.var.correction and aten.mean.dim (both in the op
+    table; torch's own decomposition of it goes to prims)."""
+    dims = list(range(x.dim())) if dim is None else dim
+    var = torch.ops.aten.var.correction(x, dims, correction=correction, keepdim=keepdim)
+    return var, torch.ops.aten.mean.dim(x, dims, keepdim)
+
+
 def decompositions() -> dict:
     """The decomposition table of the backend: the core ATen table (the one
     ``torch.export``'s ``run_decompositions()`` uses), plus torch's registered decompositions
     of every op outside fxhlo's op table (e.g. training-mode batch norm and its backward), plus
-    attention as math."""
+    ``aten.var_mean`` as var and mean."""
     global _DECOMPS
     if _DECOMPS is None:
         from torch._decomp import core_aten_decompositions, decomposition_table
@@ -274,9 +312,10 @@ def decompositions() -> dict:
         supported = set(_native.supported_ops())
         for op, fn in decomposition_table.items():
             if isinstance(op, torch._ops.OpOverload) and op not in table \
-                    and op.namespace == "aten" and _op_name(op) not in supported:
+                    and op.namespace == "aten" and _op_name(op) not in supported \
+                    and getattr(fn, "__module__", "") == "torch._decomp.decompositions":
                 table[op] = fn
-        table[torch.ops.aten.scaled_dot_product_attention.default] = _sdpa_math
+        table[torch.ops.aten.var_mean.correction] = _var_mean
         _DECOMPS = table
     return _DECOMPS
 
@@ -310,7 +349,8 @@ def _aot(gm, example_inputs, session: Session) -> Callable:
                            bw_compiler=session.compiler("backward"),
                            inference_compiler=session.compiler("inference"),
                            decompositions=decompositions)
-    return backend(gm, example_inputs)
+    with _AttentionAsMath(gm):
+        return backend(gm, example_inputs)
 
 
 class ShapeSpecializer:

@@ -301,7 +301,8 @@ def graph_module_to_fxjson(gm: torch.fx.GraphModule,
                            ) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
     """Convert a plain GraphModule of core ATen ops (e.g. from aot_autograd) to fxjson.
 
-    Every placeholder becomes a user input named after the node (in placeholder order);
+    Every placeholder becomes a user input named after the node (in placeholder order), except
+    unused non-tensor ones;
     ``get_attr`` nodes holding tensors (lifted constants) become ``constant`` inputs whose bytes
     are returned in the weights dict, keyed by the attribute path.  ``outputs`` (default: the
     graph's output node's tensors) selects the values the graph returns; only the nodes they
@@ -311,7 +312,9 @@ def graph_module_to_fxjson(gm: torch.fx.GraphModule,
     graph = gm.graph
     weights: Dict[str, torch.Tensor] = {}
 
-    def placeholder_entry(n: torch.fx.Node) -> Dict[str, Any]:
+    def placeholder_entry(n: torch.fx.Node) -> Optional[Dict[str, Any]]:
+        if not n.users and not isinstance(n.meta.get("val"), torch.Tensor):
+            return None  # an unused non-tensor input (a specialized size)
         return {"name": n.name, "kind": "user_input"}
 
     def get_attr_entry(n: torch.fx.Node) -> Dict[str, Any]:
@@ -351,7 +354,7 @@ def encode_graph(graph: torch.fx.Graph, placeholder_entry, *, get_attr_entry=Non
     """The shared fxjson encoder of an FX graph of ATen op overloads.
 
     ``placeholder_entry(node)`` returns the input entry (``name``, ``kind``, maybe ``target``)
-    of a placeholder; its ``type`` is added from ``meta['val']``.  ``get_attr_entry(node)`` does
+    of a placeholder, or None to leave it out; its ``type`` is added from ``meta['val']``.  ``get_attr_entry(node)`` does
     the same for ``get_attr`` nodes (refused when None).  ``outputs`` overrides the graph's
     outputs (then only the nodes they need are encoded; placeholders are always kept, in
     order).
@@ -387,7 +390,10 @@ def encode_graph(graph: torch.fx.Graph, placeholder_entry, *, get_attr_entry=Non
             continue
         if n.op == "placeholder" or n.op == "get_attr":
             if n.op == "placeholder":
-                entry = dict(placeholder_entry(n))
+                entry = placeholder_entry(n)
+                if entry is None:  # not a graph input of the fxjson graph
+                    continue
+                entry = dict(entry)
             elif get_attr_entry is not None:
                 entry = dict(get_attr_entry(n))
             else:

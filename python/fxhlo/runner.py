@@ -164,11 +164,17 @@ class CompiledGraph:
         self.out_specs = [] if native is None else [
             (DTYPES_BY_NAME[d], tuple(s)) for _, d, s in native.output_specs()]
         self.name = name
+        # [(arg index, value)]: number inputs the graph was specialized to
+        self.number_checks: List[Tuple[int, Any]] = []
 
     def __call__(self, args: Sequence[Any]) -> List[Any]:
         if len(args) != self.n_args:
             raise _native.ExecutionError(f"{self.name}: called with {len(args)} inputs, the "
                                          f"graph takes {self.n_args}")
+        for i, v in self.number_checks:
+            if args[i] != v:
+                raise _native.ExecutionError(f"{self.name}: input {i} is {args[i]!r}, the graph "
+                                             f"was compiled for {v!r}")
         keep, ptrs = [], []
         for i, dt, shape in self.in_plan:
             t = args[i]
@@ -279,7 +285,10 @@ def compile_graph_module(gm: torch.fx.GraphModule, cfg: CompileConfig,
             raise _native.CompileError(f"{name}: compiled program has "
                                        f"{len(native.output_specs())} outputs, expected "
                                        f"{len(compiled)}")
-    return CompiledGraph(native, len(placeholders), in_plan, out_plan, name)
+    cg = CompiledGraph(native, len(placeholders), in_plan, out_plan, name)
+    cg.number_checks = [(i, n.meta["val"]) for i, n in enumerate(placeholders)
+                        if isinstance(n.meta.get("val"), (int, float, bool))]
+    return cg
 
 
 def _first_tensor_scalar_to_tensor(graph: torch.fx.Graph, n: torch.fx.Node) -> bool:
@@ -323,16 +332,16 @@ def _full_conv_backward_mask(n: torch.fx.Node) -> bool:
         return False
     grad_out, inp, weight = (a.meta["val"] for a in args[:3])
     transposed, groups = args[7], args[9]
-    bias_n = weight.shape[1] * groups if transposed else weight.shape[0]
+    if args[3] is None:
+        args[3] = [weight.shape[1] * groups if transposed else weight.shape[0]]
+    bias_shape = tuple(args[3])
     val = list(n.meta["val"])
     fills = [torch.empty(inp.shape, dtype=inp.dtype, device="meta"),
              torch.empty(weight.shape, dtype=weight.dtype, device="meta"),
-             torch.empty((bias_n,), dtype=grad_out.dtype, device="meta")]
+             torch.empty(bias_shape, dtype=grad_out.dtype, device="meta")]
     for i in range(3):
         if not mask[i] or val[i] is None:
             val[i] = fills[i]
-    if args[3] is None:
-        args[3] = [bias_n]
     args[10] = [True, True, True]
     n.args = tuple(args)
     n.meta["val"] = tuple(val)
@@ -340,9 +349,17 @@ def _full_conv_backward_mask(n: torch.fx.Node) -> bool:
 
 
 def prepare_graph(gm: torch.fx.GraphModule) -> None:
-    """Rewrites what aot_autograd writes but fxjson cannot say, in place (see the helpers)."""
+    """Rewrites what aot_autograd writes but fxjson cannot say, in place: number inputs used as
+    arguments become the numbers (graphs are specialized to them), and see the helpers."""
     changed = False
     for n in list(gm.graph.nodes):
+        v = n.meta.get("val")
+        if n.op == "placeholder" and isinstance(v, (int, float, bool)) and n.users:
+            # a size that is a concrete number in this (specialized) graph: use the number
+            for u in list(n.users):
+                u.args = torch.fx.node.map_arg(u.args, lambda a: v if a is n else a)
+                u.kwargs = torch.fx.node.map_arg(u.kwargs, lambda a: v if a is n else a)
+            changed = True
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
             continue
         if n.target is torch.ops.aten.convolution_backward.default:
