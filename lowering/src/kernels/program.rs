@@ -323,7 +323,7 @@ fn reduction_step(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<
         srcs,
         dsts,
         launch,
-        kernel: Kernel::RowReduce(r),
+        kernel: Kernel::RowReduce(Box::new(r)),
     })
 }
 

@@ -426,7 +426,7 @@ impl Executor {
             let s = &p.values[v as usize];
             let b: &mut [u8] = b;
             // Lengths were checked above; alignment decides whether to write in place.
-            let aligned = |a: usize| (b.as_ptr() as usize) % a == 0;
+            let aligned = |a: usize| (b.as_ptr() as usize).is_multiple_of(a);
             out_slots.push(Some(match s.dtype {
                 DType::F32 if aligned(4) => OutSlot::F32(bytemuck::cast_slice_mut(b)),
                 DType::I64 if aligned(8) => OutSlot::I64(bytemuck::cast_slice_mut(b)),

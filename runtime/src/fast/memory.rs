@@ -155,7 +155,7 @@ impl MemoryPlan {
             // Free what this step read for the last time, and results nobody reads.
             for &v in s.srcs.iter().chain(&s.dsts) {
                 if let Loc::Arena(b) = loc[v as usize] {
-                    let dead = last[v as usize].map_or(true, |l| l <= i);
+                    let dead = last[v as usize].is_none_or(|l| l <= i);
                     if dead && holder[b] == Some(v) {
                         holder[b] = None;
                         free.push(b);

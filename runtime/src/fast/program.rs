@@ -117,7 +117,7 @@ pub enum Kernel {
     Elementwise(super::expr::Expr),
     /// A row reduction (softmax, layer norm, sum/mean/max/var, ...) with its prologue and
     /// epilogue: sources are its operand slots, destinations the fusion kernel's outputs.
-    RowReduce(super::reduce::RowReduce),
+    RowReduce(Box<super::reduce::RowReduce>),
     /// `mm`/`bmm`/`addmm`: sources `a`, `b` and, with a bias, `bias`; destination `C`.
     Matmul(super::gemm::MatmulSpec),
     /// 2-D convolution: sources `x`, `w` and, when `bias`, the bias; destination the output.

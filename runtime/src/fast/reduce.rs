@@ -237,7 +237,7 @@ impl RowReduce {
             return Err("an epilogue has one output".into());
         }
         let total = e.numel();
-        if self.rows == 0 || total % self.rows != 0 {
+        if self.rows == 0 || !total.is_multiple_of(self.rows) {
             return Err(format!(
                 "{total} elements are not whole rows of {} rows",
                 self.rows
