@@ -1,0 +1,1104 @@
+"""Benchmark fxhlo against PyTorch eager, torch.compile (Inductor) and XLA, in one run.
+
+    cd python && python -m fxhlo.bench                  # full run, every workload
+    python -m fxhlo.bench --quick                       # tiny shapes, 2 iterations (a smoke test)
+    python -m fxhlo.bench --only a,c --iters 10 --threads 4 --out bench.md --json bench.json
+
+Workloads (f32, inference, ``torch.no_grad``):
+
+    a  MLP 1024-4096-4096-1024, batch 256, GELU
+    b  nn.TransformerEncoderLayer(d_model 512, nhead 8, ff 2048, dropout 0, batch_first), 8x256
+    c  gelu(x*w+b)*sigmoid(x)+x on 4096x4096 (w, b: rows of 4096 broadcast)
+    d  softmax(layer_norm(x)) over the rows of 8192x1024
+    e  3x(conv3x3 pad 1 + relu) + maxpool2d(2) on 8x3x128x128, channels 3->32->32->32
+    f  the testdata models resnet18 and gpt2 (fxhlo.models.build)
+
+Peers, per workload: PyTorch eager; ``torch.compile(backend="inductor")`` (first-call compile
+time and steady state, with a fresh Inductor cache per run); XLA on CPU running the StableHLO
+that ``fxhlo lower`` emits (through jax, in a worker process); fxhlo's fast runtime through
+``fxhlo bench`` and ``fxhlo check``.  Machine peaks (copy bandwidth, 4096^3 sgemm) are measured in
+the same run.  Every peer can fail on its own: its cell then reads ``error: <reason>`` and the
+run goes on.  See docs/benchmarks.md for how to read the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+# Nothing heavy is imported at module level: thread settings must be in the environment before
+# numpy (OpenBLAS), torch (OpenMP) and jax (PJRT's thread pool) are first imported.
+
+REPO = Path(__file__).resolve().parents[2]
+PEERS = ("eager", "inductor", "xla", "fxhlo")
+KEYS = ("a", "b", "c", "d", "e", "f-resnet18", "f-gpt2")
+XLA_FLAGS_DEFAULT = "--xla_cpu_multi_thread_eigen=true"
+
+# Shapes of every workload, full size and --quick.
+FULL = {
+    "a": {"batch": 256, "sizes": (1024, 4096, 4096, 1024)},
+    "b": {"d_model": 512, "nhead": 8, "ff": 2048, "seq": 256, "batch": 8},
+    "c": {"rows": 4096, "cols": 4096},
+    "d": {"rows": 8192, "cols": 1024},
+    "e": {"batch": 8, "channels": (3, 32, 32, 32), "hw": 128},
+}
+QUICK = {
+    "a": {"batch": 8, "sizes": (64, 128, 128, 64)},
+    "b": {"d_model": 32, "nhead": 4, "ff": 64, "seq": 16, "batch": 2},
+    "c": {"rows": 256, "cols": 256},
+    "d": {"rows": 256, "cols": 128},
+    "e": {"batch": 2, "channels": (3, 8, 8, 8), "hw": 16},
+}
+PEAK_SIZES = {"full": {"copy_mib": 256, "gemm_n": 4096}, "quick": {"copy_mib": 16, "gemm_n": 256}}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def short_error(e: BaseException, limit: int = 90) -> str:
+    """One line, no table-breaking characters."""
+    msg = str(e).strip().splitlines()
+    first = next((m.strip() for m in msg if m.strip()), "")
+    text = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    if isinstance(e, PeerError):
+        text = first
+    text = text.replace("|", "/").replace("`", "'")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class PeerError(RuntimeError):
+    """A peer failed in a way already described in its message."""
+
+
+# ------------------------------------------------------------------------------- work counts
+
+def mlp_flops(batch: int, sizes: Sequence[int]) -> float:
+    return float(sum(2 * batch * a * b for a, b in zip(sizes[:-1], sizes[1:])))
+
+
+def encoder_flops(d_model: int, nhead: int, ff: int, seq: int, batch: int) -> float:
+    """Matmul FLOPs of one encoder layer: qkv and out projections, q@k^T and p@v, the two
+    feed-forward linears (nhead does not change the count)."""
+    tokens = batch * seq
+    proj = 2 * tokens * d_model * (3 * d_model + d_model)
+    attn = 2 * 2 * batch * seq * seq * d_model
+    ffn = 2 * 2 * tokens * d_model * ff
+    return float(proj + attn + ffn)
+
+
+def conv_flops(batch: int, channels: Sequence[int], hw: int) -> float:
+    return float(sum(2 * batch * hw * hw * 9 * ci * co
+                     for ci, co in zip(channels[:-1], channels[1:])))
+
+
+def chain_bytes(rows: int, cols: int) -> float:
+    return float(4 * (2 * rows * cols + 2 * cols))   # x in, y out, w and b
+
+
+def lnsoftmax_bytes(rows: int, cols: int) -> float:
+    return float(4 * (2 * rows * cols + 2 * cols))   # x in, y out, ln weight and bias
+
+
+# ------------------------------------------------------------------------------- workloads
+
+@dataclass
+class Workload:
+    key: str
+    title: str
+    build: Callable[[], Tuple[Any, tuple]]  # -> (model in eval mode, example inputs)
+    metric: str                              # "flops" or "bytes"
+    work: Optional[float]                    # FLOPs or bytes per call (None: count it)
+    tolerance: Optional[Dict[str, float]] = None
+
+
+def _modules():
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+
+    class MLP(nn.Module):
+        def __init__(self, sizes):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+
+        def forward(self, x):
+            for i, layer in enumerate(self.layers):
+                x = layer(x)
+                if i + 1 < len(self.layers):
+                    x = F.gelu(x)
+            return x
+
+    class Chain(nn.Module):
+        def __init__(self, cols):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(cols))
+            self.b = nn.Parameter(torch.randn(cols))
+
+        def forward(self, x):
+            return F.gelu(x * self.w + self.b) * torch.sigmoid(x) + x
+
+    class LNSoftmax(nn.Module):
+        def __init__(self, cols):
+            super().__init__()
+            self.ln = nn.LayerNorm(cols)
+            with torch.no_grad():
+                self.ln.weight.copy_(1.0 + 0.1 * torch.randn(cols))
+                self.ln.bias.copy_(0.1 * torch.randn(cols))
+
+        def forward(self, x):
+            return torch.softmax(self.ln(x), dim=-1)
+
+    class ConvStack(nn.Module):
+        def __init__(self, channels):
+            super().__init__()
+            self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1)
+                                       for a, b in zip(channels[:-1], channels[1:]))
+
+        def forward(self, x):
+            for c in self.convs:
+                x = torch.relu(c(x))
+            return F.max_pool2d(x, 2)
+
+    return MLP, Chain, LNSoftmax, ConvStack
+
+
+def workloads(quick: bool) -> List[Workload]:
+    S = QUICK if quick else FULL
+
+    def seeded(fn):
+        def build():
+            import torch
+            torch.manual_seed(0)
+            m, ins = fn()
+            return m.eval(), tuple(ins)
+        return build
+
+    def a():
+        import torch
+        MLP = _modules()[0]
+        s = S["a"]
+        return MLP(s["sizes"]), (torch.randn(s["batch"], s["sizes"][0]),)
+
+    def b():
+        import torch
+        from torch import nn
+        s = S["b"]
+        m = nn.TransformerEncoderLayer(s["d_model"], s["nhead"], dim_feedforward=s["ff"],
+                                       dropout=0.0, batch_first=True)
+        return m, (torch.randn(s["batch"], s["seq"], s["d_model"]),)
+
+    def c():
+        import torch
+        s = S["c"]
+        return _modules()[1](s["cols"]), (torch.randn(s["rows"], s["cols"]),)
+
+    def d():
+        import torch
+        s = S["d"]
+        return _modules()[2](s["cols"]), (torch.randn(s["rows"], s["cols"]),)
+
+    def e():
+        import torch
+        s = S["e"]
+        return _modules()[3](s["channels"]), (
+            torch.randn(s["batch"], s["channels"][0], s["hw"], s["hw"]),)
+
+    def testdata(name):
+        def build():
+            from . import models
+            return models.build(name)
+        return build
+
+    def spec_tol(name):
+        try:
+            from . import models
+            return models.REGISTRY[name].tolerance
+        except Exception:
+            return None
+
+    sa, sb, sc, sd, se = (S[k] for k in "abcde")
+    return [
+        Workload("a", "a mlp {}x{} GELU".format(sa["batch"], "-".join(map(str, sa["sizes"]))),
+                 seeded(a), "flops", mlp_flops(sa["batch"], sa["sizes"])),
+        Workload("b", "b encoder d{} h{} ff{} {}x{}".format(sb["d_model"], sb["nhead"], sb["ff"],
+                                                         sb["batch"], sb["seq"]),
+                 seeded(b), "flops", encoder_flops(**sb),
+                 tolerance={"rtol": 1e-4, "atol": 1e-4}),
+        Workload("c", "c gelu(x*w+b)*sigmoid(x)+x {}x{}".format(sc["rows"], sc["cols"]),
+                 seeded(c), "bytes", chain_bytes(sc["rows"], sc["cols"])),
+        Workload("d", "d softmax(layer_norm) {}x{}".format(sd["rows"], sd["cols"]),
+                 seeded(d), "bytes", lnsoftmax_bytes(sd["rows"], sd["cols"]),
+                 tolerance={"rtol": 1e-4, "atol": 1e-5}),
+        Workload("e", "e 3x(conv3x3+relu)+maxpool {}x{}x{}x{} ch {}".format(
+                     se["batch"], se["channels"][0], se["hw"], se["hw"],
+                     "-".join(map(str, se["channels"]))),
+                 seeded(e), "flops", conv_flops(se["batch"], se["channels"], se["hw"]),
+                 tolerance={"rtol": 1e-4, "atol": 1e-4}),
+        Workload("f-resnet18", "f resnet18 (testdata)", testdata("resnet18"), "flops", None,
+                 tolerance=spec_tol("resnet18")),
+        Workload("f-gpt2", "f gpt2 (testdata)", testdata("gpt2"), "flops", None,
+                 tolerance=spec_tol("gpt2")),
+    ]
+
+
+def select(keys: Optional[str]) -> List[str]:
+    if not keys:
+        return list(KEYS)
+    out: List[str] = []
+    for k in (x.strip() for x in keys.split(",") if x.strip()):
+        if k == "f":
+            got = ["f-resnet18", "f-gpt2"]
+        elif k in KEYS:
+            got = [k]
+        elif f"f-{k}" in KEYS:
+            got = [f"f-{k}"]
+        else:
+            raise SystemExit(f"--only: unknown workload {k!r} (known: a, b, c, d, e, f, "
+                             f"f-resnet18, f-gpt2)")
+        out += [g for g in got if g not in out]
+    return out
+
+
+def count_flops(model, inputs) -> Optional[float]:
+    """Matmul/conv FLOPs of one call, counted by torch's FlopCounterMode."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    with torch.no_grad():
+        fc = FlopCounterMode(display=False)
+        with fc:
+            model(*inputs)
+    return float(fc.get_total_flops())
+
+
+# ------------------------------------------------------------------------------- timing
+
+def time_calls(fn: Callable[[], Any], iters: int, warmup: int) -> List[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(max(1, iters)):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def summary(times: List[float]) -> Dict[str, Any]:
+    return {"run_ms_median": statistics.median(times), "run_ms_min": min(times),
+            "iters": len(times), "times_ms": times}
+
+
+# ------------------------------------------------------------------------------- fxhlo binary
+
+def fxhlo_bin() -> Optional[str]:
+    """``$FXHLO_BIN``, else ``target/release/fxhlo`` in the repository, else ``fxhlo`` on PATH
+    (never a debug build: its timings would mean nothing)."""
+    env = os.environ.get("FXHLO_BIN")
+    if env:
+        return env
+    exe = REPO / "target" / "release" / "fxhlo"
+    if exe.exists():
+        return str(exe)
+    return shutil.which("fxhlo")
+
+
+def run_cmd(cmd: List[str], timeout: float) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise PeerError(f"timeout after {timeout:.0f} s: {Path(cmd[0]).name} {cmd[1]}") from None
+    except OSError as e:
+        raise PeerError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
+
+
+def tail_reason(r: subprocess.CompletedProcess) -> str:
+    lines = [l.strip() for l in (r.stderr or r.stdout or "").splitlines() if l.strip()]
+    errs = [l for l in lines if l.startswith("error")]
+    why = (errs or lines or [f"exit {r.returncode}"])[-1]
+    if r.returncode < 0:
+        why = f"killed by signal {-r.returncode}: {why}"
+    return why
+
+
+# ------------------------------------------------------------------------------- peers
+
+def peer_eager(model, inputs, iters, warmup) -> Dict[str, Any]:
+    import torch
+    with torch.no_grad():
+        return summary(time_calls(lambda: model(*inputs), iters, warmup))
+
+
+def _max_abs_diff(a, b) -> Optional[float]:
+    import torch
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape:
+            return float("inf")
+        return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+    return None
+
+
+def peer_inductor(model, inputs, iters, warmup, eager_ms: Optional[float],
+                  freezing: bool) -> Dict[str, Any]:
+    import torch
+    import torch._dynamo
+    torch._dynamo.reset()
+    if freezing:
+        import torch._inductor.config as icfg
+        icfg.freezing = True
+    compiled = torch.compile(model, backend="inductor")
+    with torch.no_grad():
+        ref = model(*inputs)
+        t0 = time.perf_counter()
+        out = compiled(*inputs)
+        first_ms = (time.perf_counter() - t0) * 1e3
+        res = summary(time_calls(lambda: compiled(*inputs), iters, warmup))
+    res["first_call_ms"] = first_ms
+    res["compile_ms"] = first_ms - eager_ms if eager_ms is not None else first_ms
+    res["compile_note"] = ("first call minus eager median" if eager_ms is not None
+                           else "first call (eager not measured)")
+    res["max_abs_diff_vs_eager"] = _max_abs_diff(out, ref)
+    del compiled
+    torch._dynamo.reset()
+    return res
+
+
+def peer_fxhlo(exe: str, folder: str, iters: int, warmup: int, threads: int,
+               timeout: float) -> Dict[str, Any]:
+    res: Dict[str, Any] = {}
+    # correctness once (also tells how long one run takes, to keep `bench` inside the timeout)
+    t0 = time.perf_counter()
+    r = run_cmd([exe, "check", folder, "--threads", str(threads), "--stats"], timeout)
+    check_s = time.perf_counter() - t0
+    if r.returncode == 0:
+        res["check"] = "ok"
+    elif r.returncode == 1:
+        res["check"] = "MISMATCH"
+    else:
+        res["check"] = f"error: {tail_reason(r)}"
+    res["check_output"] = (r.stdout or "")[-2000:]
+    res["check_stats"] = (r.stderr or "")[-4000:]
+    res["check_wall_s"] = check_s
+
+    n = iters
+    if check_s * (iters + warmup) > 0.8 * timeout:
+        # a slow program (e.g. reference-interpreter fallbacks): fewer runs, said so
+        n = max(1, int(0.8 * timeout / max(check_s, 1e-9)) - warmup)
+        n = min(n, iters)
+        res["iters_reduced_from"] = iters
+    r = run_cmd([exe, "bench", folder, "--iters", str(n), "--warmup", str(warmup),
+                 "--threads", str(threads)], timeout)
+    if r.returncode != 0:
+        raise PeerError(f"fxhlo bench: {tail_reason(r)}")
+    line = next((l for l in reversed(r.stdout.splitlines()) if l.strip().startswith("{")), None)
+    if line is None:
+        raise PeerError("fxhlo bench printed no JSON line")
+    data = json.loads(line)
+    res.update(data)
+    return res
+
+
+def peer_xla(folder: str, exe: str, iters: int, warmup: int, timeout: float) -> Dict[str, Any]:
+    """XLA in a worker process (an XLA abort cannot take the whole run down)."""
+    with tempfile.TemporaryDirectory(prefix="fxhlo-bench-xla-") as tmp:
+        mlir = os.path.join(tmp, "model.mlir")
+        t0 = time.perf_counter()
+        r = run_cmd([exe, "lower", folder, "-o", mlir], timeout)
+        lower_ms = (time.perf_counter() - t0) * 1e3
+        if r.returncode != 0:
+            raise PeerError(f"fxhlo lower: {tail_reason(r)}")
+        res = _worker(["xla", folder, mlir, str(iters), str(warmup)], timeout)
+        res["lower_ms"] = lower_ms
+        return res
+
+
+def _worker(args: List[str], timeout: float) -> Dict[str, Any]:
+    cmd = [sys.executable, "-m", "fxhlo.bench", "--_worker"] + args
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python")] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise PeerError(f"timeout after {timeout:.0f} s (XLA worker)") from None
+    line = next((l for l in reversed(r.stdout.splitlines()) if l.startswith("{")), None)
+    if r.returncode != 0 or line is None:
+        raise PeerError(f"XLA worker: {tail_reason(r)}")
+    data = json.loads(line)
+    if "error" in data:
+        raise PeerError(data["error"])
+    return data
+
+
+def worker_main(args: List[str]) -> int:
+    """``--_worker xla FOLDER MLIR ITERS WARMUP`` or ``--_worker sgemm N``: prints one JSON line."""
+    try:
+        if args[0] == "xla":
+            out = _xla_run(args[1], args[2], int(args[3]), int(args[4]))
+        elif args[0] == "sgemm":
+            out = _xla_sgemm(int(args[1]))
+        else:
+            out = {"error": f"unknown worker {args[0]}"}
+    except Exception as e:  # reported by the parent as this peer's error
+        out = {"error": short_error(e)}
+    print(json.dumps(out))
+    return 0
+
+
+def _xla_run(folder: str, mlir: str, iters: int, warmup: int) -> Dict[str, Any]:
+    import numpy as np
+    from .testing import xla
+    runner = xla.Runner()
+    jax = runner.jax
+    text = Path(mlir).read_text()
+    try:
+        xla.verify(text)
+    except ValueError as e:
+        raise PeerError(short_error(e)) from None
+    t0 = time.perf_counter()
+    exe = runner.backend.compile_and_load(text, runner.device_list)
+    compile_ms = (time.perf_counter() - t0) * 1e3
+    inputs, weights, expected, tol = xla.load_testdata(folder)
+    dev = runner.devices[0]
+    args = [jax.device_put(np.asarray(x), dev) for x in inputs + weights]
+    for a in args:
+        a.block_until_ready()
+
+    def call():
+        outs = exe.execute(args)
+        for o in outs:
+            o.block_until_ready()
+        return outs
+
+    outs = [np.asarray(o) for o in call()]
+    t = dict(xla.TOLERANCE)
+    if tol:
+        for k in ("float32", "float64"):
+            t[k] = (max(tol["rtol"], t[k][0]), max(tol["atol"], t[k][1]))
+    check = "ok"
+    if len(outs) != len(expected):
+        check = f"MISMATCH: {len(outs)} outputs, expected {len(expected)}"
+    else:
+        for i, (a, b) in enumerate(zip(outs, expected)):
+            try:
+                xla.assert_close(a, b, f"output {i}", t)
+            except AssertionError as e:
+                check = f"MISMATCH: {str(e)[:200]}"
+                break
+    res = summary(time_calls(call, iters, warmup))
+    res.update({"compile_ms": compile_ms, "check": check, "jax": jax.__version__,
+                "pjrt_nproc": os.environ.get("PJRT_NPROC"),
+                "xla_flags": os.environ.get("XLA_FLAGS")})
+    return res
+
+
+def _xla_sgemm(n: int) -> Dict[str, Any]:
+    import numpy as np
+    from .testing import xla
+    jax = xla._jax()
+    import jax.numpy as jnp
+    dev = jax.devices("cpu")[0]
+    rng = np.random.default_rng(0)
+    a = jax.device_put(rng.standard_normal((n, n), dtype=np.float32), dev)
+    b = jax.device_put(rng.standard_normal((n, n), dtype=np.float32), dev)
+    f = jax.jit(jnp.matmul)
+    f(a, b).block_until_ready()
+    best = min(time_calls(lambda: f(a, b).block_until_ready(), 3, 1))
+    return {"ms": best, "gflops": 2.0 * n ** 3 / (best * 1e-3) / 1e9, "jax": jax.__version__}
+
+
+# ------------------------------------------------------------------------------- peaks
+
+def measure_peaks(quick: bool, timeout: float, with_xla: bool) -> Dict[str, Any]:
+    import numpy as np
+    import torch
+    sizes = PEAK_SIZES["quick" if quick else "full"]
+    peaks: Dict[str, Any] = {"copy": {}, "sgemm": {}, "copy_mib": sizes["copy_mib"],
+                             "gemm_n": sizes["gemm_n"]}
+    nbytes = sizes["copy_mib"] * 2 ** 20
+    reps = 5
+
+    def copy_peak(name, fn):
+        try:
+            best = min(time_calls(fn, reps, 1))
+            peaks["copy"][name] = {"ms": best, "gbs": 2.0 * nbytes / (best * 1e-3) / 1e9}
+        except Exception as e:
+            peaks["copy"][name] = {"error": short_error(e)}
+
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.zeros_like(src)
+    copy_peak("numpy", lambda: np.copyto(dst, src))
+    del src, dst
+    tsrc = torch.ones(nbytes // 4)
+    tdst = torch.zeros_like(tsrc)
+    copy_peak("torch", lambda: tdst.copy_(tsrc))
+    del tsrc, tdst
+
+    n = sizes["gemm_n"]
+    flops = 2.0 * n ** 3
+
+    def gemm_peak(name, fn):
+        try:
+            best = min(time_calls(fn, 3, 1))
+            peaks["sgemm"][name] = {"ms": best, "gflops": flops / (best * 1e-3) / 1e9}
+        except Exception as e:
+            peaks["sgemm"][name] = {"error": short_error(e)}
+
+    ta, tb = torch.randn(n, n), torch.randn(n, n)
+    tc = torch.empty(n, n)
+    gemm_peak("torch", lambda: torch.matmul(ta, tb, out=tc))
+    del ta, tb, tc
+    rng = np.random.default_rng(0)
+    na = rng.standard_normal((n, n), dtype=np.float32)
+    nb = rng.standard_normal((n, n), dtype=np.float32)
+    nc = np.empty((n, n), np.float32)
+    gemm_peak("numpy", lambda: np.matmul(na, nb, out=nc))
+    del na, nb, nc
+    gc.collect()
+    if with_xla:
+        try:
+            peaks["sgemm"]["xla"] = _worker(["sgemm", str(n)], timeout)
+        except Exception as e:
+            peaks["sgemm"]["xla"] = {"error": short_error(e)}
+
+    def best(d, key):
+        vals = [(v[key], k) for k, v in d.items() if key in v]
+        return max(vals) if vals else (None, None)
+
+    peaks["copy_gbs"], peaks["copy_by"] = best(peaks["copy"], "gbs")
+    peaks["sgemm_gflops"], peaks["sgemm_by"] = best(peaks["sgemm"], "gflops")
+    return peaks
+
+
+# ------------------------------------------------------------------------------- one workload
+
+def run_workload(w: Workload, args, exe: Optional[str], status: Dict[str, Any]) -> Dict[str, Any]:
+    import torch
+    rec: Dict[str, Any] = {"key": w.key, "title": w.title, "metric": w.metric, "work": w.work,
+                           "peers": {}}
+    peers = rec["peers"]
+    try:
+        model, inputs = w.build()
+    except Exception as e:
+        err = {"error": f"build: {short_error(e)}"}
+        for p in args.peers:
+            peers[p] = dict(err)
+        return rec
+
+    if w.work is None:
+        try:
+            rec["work"] = count_flops(model, inputs)
+            rec["work_note"] = "FlopCounterMode (matmul/conv FLOPs)"
+        except Exception as e:
+            rec["work_error"] = short_error(e)
+
+    def attempt(name, fn):
+        log(f"{w.key}: {name} ...")
+        t0 = time.perf_counter()
+        try:
+            peers[name] = fn()
+        except Exception as e:
+            peers[name] = {"error": short_error(e)}
+        peers[name]["wall_s"] = time.perf_counter() - t0
+        p = peers[name]
+        log(f"{w.key}: {name}: " + (p["error"] if "error" in p else
+                                    f"{p['run_ms_median']:.3f} ms"))
+
+    if "eager" in args.peers:
+        attempt("eager", lambda: peer_eager(model, inputs, args.iters, args.warmup))
+    eager_ms = peers.get("eager", {}).get("run_ms_median")
+    if "inductor" in args.peers:
+        attempt("inductor", lambda: peer_inductor(model, inputs, args.iters, args.warmup,
+                                                  eager_ms, args.inductor_freezing))
+    gc.collect()
+
+    need_dump = [p for p in ("xla", "fxhlo") if p in args.peers]
+    if need_dump:
+        tmp = None
+        if args.keep_dumps:
+            folder = os.path.join(args.keep_dumps, w.key)
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            tmp = tempfile.mkdtemp(prefix=f"fxhlo-bench-{w.key}-")
+            folder = os.path.join(tmp, w.key)
+        try:
+            from . import dump as fdump
+            t0 = time.perf_counter()
+            try:
+                fdump.dump(model, inputs, folder, name=f"bench-{w.key}", seed=0,
+                           tolerance=w.tolerance)
+                rec["dump_s"] = time.perf_counter() - t0
+                dump_err = None
+            except Exception as e:
+                dump_err = f"dump: {short_error(e)}"
+                log(f"{w.key}: {dump_err}")
+            del model, inputs
+            gc.collect()
+            for p in need_dump:
+                if dump_err:
+                    peers[p] = {"error": dump_err}
+                elif exe is None:
+                    peers[p] = {"error": "no fxhlo binary (FXHLO_BIN, target/release/fxhlo, "
+                                         "PATH)"}
+                elif p == "xla":
+                    attempt("xla", lambda: peer_xla(folder, exe, args.iters, args.warmup,
+                                                    args.timeout))
+                elif not status.get("has_bench", True):
+                    peers[p] = {"error": f"{exe} has no 'bench' verb"}
+                else:
+                    attempt("fxhlo", lambda: peer_fxhlo(exe, folder, args.iters, args.warmup,
+                                                        args.threads, args.timeout))
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+    derive(rec)
+    return rec
+
+
+def derive(rec: Dict[str, Any]) -> None:
+    """Ratios and throughput of fxhlo, from the raw numbers."""
+    p = rec["peers"]
+    fx = p.get("fxhlo", {}).get("run_ms_median")
+    d: Dict[str, Any] = {}
+    for peer in ("eager", "inductor", "xla"):
+        ms = p.get(peer, {}).get("run_ms_median")
+        d[f"{peer}/fxhlo"] = (ms / fx) if (ms is not None and fx) else None
+    if fx and rec.get("work"):
+        per_s = rec["work"] / (fx * 1e-3)
+        d["fxhlo_rate"] = per_s / 1e9   # GFLOP/s or GB/s
+    rec["derived"] = d
+
+
+# ------------------------------------------------------------------------------- table
+
+def fmt_ms(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def cell_ms(p: Optional[Dict[str, Any]]) -> str:
+    if p is None:
+        return "-"
+    if "error" in p:
+        return f"error: {p['error']}"
+    s = fmt_ms(p.get("run_ms_median"))
+    if str(p.get("check", "ok")).startswith("MISMATCH") and "steps" not in p:
+        s += " (MISMATCH)"   # XLA's own output check
+    if "iters_reduced_from" in p:
+        s += f" ({p['iters']} runs)"
+    return s
+
+
+def cell_ratio(r: Optional[float]) -> str:
+    return "-" if r is None else f"{r:.2f}"
+
+
+def cell_compile(p: Optional[Dict[str, Any]]) -> str:
+    if p is None:
+        return "-"
+    if "error" in p:
+        return "err"
+    return fmt_ms(p.get("compile_ms"))
+
+
+def cell_rate(rec: Dict[str, Any], peaks: Dict[str, Any]) -> str:
+    rate = rec["derived"].get("fxhlo_rate")
+    if rate is None:
+        return "-" if rec.get("work") else f"- (no work count: {rec.get('work_error', '?')})"
+    if rec["metric"] == "bytes":
+        unit, peak = "GB/s", peaks.get("copy_gbs")
+    else:
+        unit, peak = "GFLOP/s", peaks.get("sgemm_gflops")
+    pct = f" ({100 * rate / peak:.0f}%)" if peak else ""
+    return f"{rate:.3g} {unit}{pct}"
+
+
+def cell_steps(p: Optional[Dict[str, Any]]) -> str:
+    if not p or "error" in p or "steps" not in p:
+        return "-"
+    return f"{p['steps']} ({p['fallbacks']})"
+
+
+def cell_check(p: Optional[Dict[str, Any]]) -> str:
+    if p is None:
+        return "-"
+    if "check" in p:
+        return p["check"]
+    return f"error: {p['error']}" if "error" in p else "-"
+
+
+COLUMNS = ["workload", "eager ms", "inductor ms", "XLA ms", "fxhlo ms", "inductor/fxhlo",
+           "eager/fxhlo", "XLA/fxhlo", "fxhlo GB/s or GFLOP/s (% of peak)",
+           "compile ms inductor / XLA / fxhlo", "fxhlo steps (fallbacks)", "check"]
+
+
+def table_rows(records: List[Dict[str, Any]], peaks: Dict[str, Any]) -> List[List[str]]:
+    rows = []
+    for rec in records:
+        p = rec["peers"]
+        d = rec["derived"]
+        rows.append([
+            rec["title"], cell_ms(p.get("eager")), cell_ms(p.get("inductor")),
+            cell_ms(p.get("xla")), cell_ms(p.get("fxhlo")), cell_ratio(d.get("inductor/fxhlo")),
+            cell_ratio(d.get("eager/fxhlo")), cell_ratio(d.get("xla/fxhlo")),
+            cell_rate(rec, peaks),
+            " / ".join(cell_compile(p.get(k)) for k in ("inductor", "xla", "fxhlo")),
+            cell_steps(p.get("fxhlo")), cell_check(p.get("fxhlo")),
+        ])
+    return rows
+
+
+def markdown_table(records, peaks) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    for r in table_rows(records, peaks):
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in r) + " |")
+    return "\n".join(lines)
+
+
+def targets(records: List[Dict[str, Any]], peaks: Dict[str, Any]) -> List[str]:
+    """Issue 5's targets, each marked per workload from this run's numbers."""
+    def mark(name, test):
+        met, notmet, unknown = [], [], []
+        for rec in records:
+            try:
+                v = test(rec)
+            except Exception:
+                v = None
+            (met if v is True else notmet if v is False else unknown).append(rec["key"])
+        parts = [f"met: {', '.join(met) or '-'}", f"NOT met: {', '.join(notmet) or '-'}"]
+        if unknown:
+            parts.append(f"no data: {', '.join(unknown)}")
+        return f"- {name}: " + "; ".join(parts)
+
+    def ratio(peer):
+        return lambda r: (None if r["derived"].get(f"{peer}/fxhlo") is None
+                          else r["derived"][f"{peer}/fxhlo"] >= 1.0)
+
+    def pct(r):
+        rate = r["derived"].get("fxhlo_rate")
+        peak = peaks.get("copy_gbs") if r["metric"] == "bytes" else peaks.get("sgemm_gflops")
+        if r["key"].startswith("f-"):
+            return None   # small testdata models: no throughput target
+        return None if (rate is None or not peak) else rate / peak >= 0.7
+
+    def comp(r):
+        p = r["peers"]
+        fx = p.get("fxhlo", {}).get("compile_ms")
+        ind = p.get("inductor", {}).get("compile_ms")
+        xl = p.get("xla", {}).get("compile_ms")
+        if fx is None or ind is None or xl is None:
+            return None
+        return fx * 10 <= ind and fx < xl
+
+    def check(r):
+        c = r["peers"].get("fxhlo", {}).get("check")
+        return None if c is None else c == "ok"
+
+    return [mark("faster than Inductor (inductor/fxhlo >= 1)", ratio("inductor")),
+            mark("faster than eager", ratio("eager")),
+            mark("faster than XLA", ratio("xla")),
+            mark(">= 70% of measured peak (c, d by bytes; a, b, e by FLOPs)", pct),
+            mark("compile >= 10x below Inductor's first call and below XLA's", comp),
+            mark("matches eager (fxhlo check)", check)]
+
+
+def fallback_lines(records: List[Dict[str, Any]]) -> List[str]:
+    """One line per workload with fallbacks: their reasons, counted."""
+    lines = []
+    for rec in records:
+        stats = rec["peers"].get("fxhlo", {}).get("check_stats") or ""
+        reasons: Dict[str, int] = {}
+        for l in stats.splitlines():
+            l = l.strip()
+            if l.startswith("fallback ") and ":" in l:
+                head, why = l[len("fallback "):].split(":", 1)
+                # the group's first node, numbering dropped: "view_12 (2 nodes)" -> "view"
+                group = head.split(" (")[0].rstrip("0123456789").rstrip("_")
+                why = why.strip()
+                # "node 40 'x' (aten.view.default): the result is i64, ..." -> keep the op
+                if why.startswith("node ") and "(" in why and "):" in why:
+                    op = why[why.index("(") + 1: why.index("):")]
+                    why = f"{op}: {why.split('):', 1)[1].strip()}"
+                why = f"[{group}] {why}"
+                reasons[why] = reasons.get(why, 0) + 1
+        if reasons:
+            parts = [f"{n}x {w}" for w, n in sorted(reasons.items(), key=lambda x: -x[1])]
+            lines.append(f"  - {rec['key']}: " + "; ".join(parts))
+    return lines
+
+
+def report(result: Dict[str, Any]) -> str:
+    peaks = result["peaks"]
+    out = [f"# fxhlo benchmark{' (--quick: tiny shapes, not a measurement)' if result['quick'] else ''}",
+           "", markdown_table(result["workloads"], peaks), ""]
+
+    def peak_line(kind, unit, key):
+        parts = []
+        for k, v in peaks.get(kind, {}).items():
+            parts.append(f"{k} {v[key]:.1f}" if key in v else f"{k} error: {v.get('error')}")
+        return ", ".join(parts) + f" {unit}"
+
+    n = peaks.get("gemm_n")
+    cb = peaks.get("copy_gbs")
+    sg = peaks.get("sgemm_gflops")
+    out += [
+        f"- machine peaks (this run): copy {cb:.1f} GB/s (best of: {peak_line('copy', 'GB/s', 'gbs')}; "
+        f"{peaks.get('copy_mib')} MiB, read+write bytes)" if cb else
+        f"- machine peaks: copy bandwidth not measured ({peak_line('copy', 'GB/s', 'gbs')})",
+        f"- sgemm {n}x{n}x{n} f32: {sg:.1f} GFLOP/s (best of: {peak_line('sgemm', 'GFLOP/s', 'gflops')})"
+        if sg else f"- sgemm not measured ({peak_line('sgemm', 'GFLOP/s', 'gflops')})",
+        f"- threads: {result['threads']} for every peer ({result['thread_settings']})",
+        f"- timing: median of {result['iters']} timed calls after {result['warmup']} warmup "
+        f"calls, per peer; ratios are peer ms / fxhlo ms (> 1: fxhlo faster)",
+        f"- versions: {result['versions_line']}",
+        f"- machine: {result['machine']['cpu']}, {result['machine']['cores']} cores visible, "
+        f"load average {result['machine']['load_start']} at start, "
+        f"{result['machine'].get('load_end', '?')} at end",
+        f"- command: `{result['command']}`",
+        "",
+        "Targets (issue 5), from this run:",
+    ]
+    out += targets(result["workloads"], peaks)
+    notes = []
+    for rec in result["workloads"]:
+        fx = rec["peers"].get("fxhlo", {})
+        if "iters_reduced_from" in fx:
+            notes.append(f"- {rec['key']}: fxhlo timed over {fx['iters']} runs instead of "
+                         f"{fx['iters_reduced_from']} (one run took {fx['check_wall_s']:.1f} s)")
+        xl = rec["peers"].get("xla", {})
+        if str(xl.get("check", "")).startswith("MISMATCH"):
+            notes.append(f"- {rec['key']}: XLA output differs from eager: {xl['check']}")
+    fb = fallback_lines(result["workloads"])
+    if fb:
+        notes.append("- fxhlo fallbacks to the reference interpreter (`fxhlo check --stats`), "
+                     "by reason:")
+        notes += fb
+    if notes:
+        out += ["", "Notes:"] + notes
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------- setup
+
+def setup_threads(threads: int, xla_flags: str) -> str:
+    """Puts the thread count in the environment of every peer; returns what was set."""
+    said = []
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PJRT_NPROC",
+                "FXHLO_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    said.append(f"torch.set_num_threads({threads}); OMP/MKL/OPENBLAS_NUM_THREADS={threads}; "
+                f"XLA: PJRT_NPROC={threads}")
+    if xla_flags:
+        prev = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = (prev + " " + xla_flags).strip()
+    said.append(f"XLA_FLAGS='{os.environ.get('XLA_FLAGS', '')}'")
+    said.append(f"fxhlo --threads {threads}")
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        if threads < len(cpus):
+            os.sched_setaffinity(0, cpus[:threads])
+            said.append(f"process pinned to CPUs {cpus[:threads]}")
+    except (AttributeError, OSError):
+        pass
+    late = [m for m in ("numpy", "torch", "jax") if m in sys.modules]
+    if late:
+        said.append(f"warning: {', '.join(late)} imported before the settings")
+    return "; ".join(said)
+
+
+def versions(exe: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    import numpy
+    import torch
+    from . import __version__
+    v: Dict[str, Any] = {"torch": torch.__version__, "numpy": numpy.__version__,
+                         "python": platform.python_version(), "fxhlo_python": __version__}
+    try:
+        from importlib.metadata import version
+        v["jax"] = version("jax")
+        v["jaxlib"] = version("jaxlib")
+    except Exception:
+        v["jax"] = "not installed"
+    status: Dict[str, Any] = {}
+    if exe:
+        try:
+            r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+            v["fxhlo"] = (r.stdout.strip() or r.stderr.strip()) or f"exit {r.returncode}"
+            r = subprocess.run([exe, "bench", "--help"], capture_output=True, text=True,
+                               timeout=30)
+            status["has_bench"] = r.returncode == 0
+        except Exception as e:
+            v["fxhlo"] = f"error: {short_error(e)}"
+        v["fxhlo_bin"] = exe
+    else:
+        v["fxhlo"] = "no binary"
+    try:
+        r = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode == 0:
+            v["git"] = r.stdout.strip()
+    except Exception:
+        pass
+    return v, status
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m fxhlo.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="tiny shapes and 2 timed calls (a smoke test of the harness)")
+    p.add_argument("--only", help="comma-separated workloads: a,b,c,d,e,f (f = f-resnet18,f-gpt2)")
+    p.add_argument("--peers", default=",".join(PEERS),
+                   help=f"comma-separated peers to run (default: {','.join(PEERS)})")
+    p.add_argument("--iters", type=int, help="timed calls per peer (default 20; --quick 2)")
+    p.add_argument("--warmup", type=int, help="untimed calls first (default 3; --quick 1)")
+    try:
+        ncpu = len(os.sched_getaffinity(0))
+    except AttributeError:
+        ncpu = os.cpu_count() or 1
+    p.add_argument("--threads", type=int, default=ncpu,
+                   help=f"threads for every peer (default: all {ncpu} cores)")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds allowed to each subprocess (fxhlo check/bench/lower, XLA "
+                        "worker); default 900")
+    p.add_argument("--out", help="also write the markdown report to this file")
+    p.add_argument("--json", help="write the raw numbers to this file")
+    p.add_argument("--keep-dumps", metavar="DIR",
+                   help="write the dumped workload folders under DIR and keep them")
+    p.add_argument("--inductor-freezing", action="store_true",
+                   help="set torch._inductor.config.freezing (off by default, as in torch)")
+    p.add_argument("--inductor-warm-cache", action="store_true",
+                   help="use Inductor's usual on-disk cache (default: a fresh one per run, so "
+                        "the compile time is a cold compile)")
+    p.add_argument("--xla-flags", default=XLA_FLAGS_DEFAULT,
+                   help=f"appended to XLA_FLAGS (default {XLA_FLAGS_DEFAULT!r}; '' for none)")
+    p.add_argument("--skip-peaks", action="store_true", help="do not measure machine peaks")
+    p.add_argument("--_worker", nargs="+", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.iters is None:
+        a.iters = 2 if a.quick else 20
+    if a.warmup is None:
+        a.warmup = 1 if a.quick else 3
+    if a.threads < 1:
+        p.error("--threads must be >= 1")
+    a.peers = [x.strip() for x in a.peers.split(",") if x.strip()]
+    bad = [x for x in a.peers if x not in PEERS]
+    if bad:
+        p.error(f"--peers: unknown {', '.join(bad)} (known: {', '.join(PEERS)})")
+    return a
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--_worker" in argv:
+        return worker_main(argv[argv.index("--_worker") + 1:])
+    args = parse_args(argv)
+    t_start = time.time()
+    thread_settings = setup_threads(args.threads, args.xla_flags)
+    ind_cache = None
+    if "inductor" in args.peers and not args.inductor_warm_cache:
+        ind_cache = tempfile.mkdtemp(prefix="fxhlo-bench-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = ind_cache
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(ind_cache, "triton")
+    load_start = loadavg()
+
+    import torch
+    torch.set_num_threads(args.threads)
+    exe = fxhlo_bin()
+    vers, status = versions(exe)
+    vline = ", ".join(f"{k} {vers[k]}" for k in ("torch", "jax", "jaxlib", "numpy", "fxhlo", "git")
+                      if k in vers)
+    if exe:
+        vline += f" (binary {exe})"
+    command = "python -m fxhlo.bench " + " ".join(shlex.quote(x) for x in argv)
+    result: Dict[str, Any] = {
+        "command": command.strip(), "argv": argv, "quick": args.quick,
+        "threads": args.threads, "thread_settings": thread_settings,
+        "iters": args.iters, "warmup": args.warmup, "peers": args.peers,
+        "versions": vers, "versions_line": vline,
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "load_start": load_start,
+                    "platform": platform.platform()},
+        "inductor_cache": "fresh per run" if ind_cache else "warm (user's)",
+        "inductor_freezing": args.inductor_freezing,
+        "workloads": [],
+    }
+    log(f"threads: {thread_settings}")
+    log(f"versions: {vline}")
+    if args.skip_peaks:
+        result["peaks"] = {}
+    else:
+        log("measuring machine peaks ...")
+        try:
+            result["peaks"] = measure_peaks(args.quick, args.timeout, "xla" in args.peers)
+        except Exception as e:
+            result["peaks"] = {"error": short_error(e)}
+        log(f"peaks: copy {result['peaks'].get('copy_gbs')} GB/s, "
+            f"sgemm {result['peaks'].get('sgemm_gflops')} GFLOP/s")
+
+    wanted = select(args.only)
+    try:
+        for w in workloads(args.quick):
+            if w.key not in wanted:
+                continue
+            try:
+                rec = run_workload(w, args, exe, status)
+            except Exception as e:   # a bug in the harness itself: still keep going
+                rec = {"key": w.key, "title": w.title, "metric": w.metric, "work": w.work,
+                       "peers": {p: {"error": f"harness: {short_error(e)}"} for p in args.peers}}
+                derive(rec)
+            result["workloads"].append(rec)
+            gc.collect()
+    finally:
+        if ind_cache:
+            shutil.rmtree(ind_cache, ignore_errors=True)
+
+    result["machine"]["load_end"] = loadavg()
+    result["wall_s"] = time.time() - t_start
+    text = report(result)
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
