@@ -1,7 +1,7 @@
-//! Lowering of the fxhlo IR: StableHLO emission (and, later, fused-kernel plans).
+//! Lowering of the fxhlo IR: StableHLO emission and the fused-kernel plans of the fast runtime.
 #![warn(missing_docs)]
 
+pub mod kernels;
 #[cfg(feature = "mlir")]
 pub mod mlir;
-pub mod kernels;
 pub mod stablehlo;
