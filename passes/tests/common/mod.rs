@@ -2,6 +2,8 @@
 //! interpreter as oracle, seeded random inputs and output comparison.
 #![allow(dead_code)]
 
+pub mod random;
+
 use fxhlo_ir::{DType, Graph, HostTensor, Model, NodeKind, TensorType};
 use fxhlo_passes::egraph::{Config, Egraph};
 use fxhlo_passes::{Cx, PassManager};

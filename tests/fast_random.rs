@@ -1,0 +1,61 @@
+//! The fast runtime against the reference interpreter on the optimizer's seeded random graphs
+//! (elementwise, reductions, matmuls, reshapes, permutes): every kernel family the program
+//! builder picks must agree with the oracle, at -O0 and -O2.
+
+#[path = "../passes/tests/common/mod.rs"]
+#[allow(dead_code)]
+mod pcommon;
+
+use fxhlo::{compile, CompileOptions};
+use fxhlo_ir::Model;
+use fxhlo_runtime::fast::{ExecOptions, Executor};
+use pcommon::random::random_graph;
+use pcommon::{assert_close, random_inputs, Rng};
+use std::collections::BTreeMap;
+
+#[test]
+fn random_graphs_agree_with_the_interpreter() {
+    let mut kinds = BTreeMap::<&'static str, usize>::new();
+    for seed in 0..200u64 {
+        let g = random_graph(seed);
+        let model = Model {
+            graph: g.clone(),
+            weights: Default::default(),
+        };
+        for level in [0u8, 2] {
+            let opts = CompileOptions {
+                opt_level: level,
+                ..Default::default()
+            };
+            let a = compile(&model, &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            for s in &a.header.program.steps {
+                *kinds.entry(s.kernel.kind()).or_default() += 1;
+            }
+            let ex = Executor::new(
+                a,
+                &ExecOptions {
+                    threads: Some(2),
+                    max_memory: None,
+                },
+            )
+            .unwrap();
+            let inputs = random_inputs(&g, &mut Rng(seed * 7 + level as u64));
+            let want = fxhlo_runtime::run(&model, &inputs).unwrap();
+            let got = ex
+                .run(&inputs)
+                .unwrap_or_else(|e| panic!("seed {seed} -O{level}: {e}"));
+            assert_close(
+                &format!("seed {seed} -O{level}\n{}", fxhlo_ir::text::print_graph(&g)),
+                &got,
+                &want,
+            );
+        }
+    }
+    eprintln!("steps by kernel kind over the random graphs: {kinds:?}");
+    for k in ["elementwise", "reduction", "matmul"] {
+        assert!(
+            kinds.get(k).copied().unwrap_or(0) > 20,
+            "few {k} steps: {kinds:?}"
+        );
+    }
+}
