@@ -257,6 +257,10 @@ def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     """scaled_dot_product_attention as its math form (matmuls and softmax), so that autograd
     differentiates the math and the backward graph holds ops fxhlo supports (the fused CPU
     attention kernels and their backward are not in the op table)."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # as the fused kernels do: True keeps a position, False masks it out
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill(
+            attn_mask.logical_not(), float("-inf"))
     return torch.ops.aten._scaled_dot_product_attention_math.default(
         query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
         enable_gqa=enable_gqa)[0]
