@@ -141,12 +141,22 @@ unsafe fn slice_mut<'a>(ptr: usize, len: usize) -> &'a mut [u8] {
 impl Compiled {
     /// The user inputs in call order: `[(name, dtype, shape), ...]`, dtype as in fxjson (`f32`).
     fn input_specs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
-        self.exec.artifact().inputs().into_iter().map(spec_tuple).collect()
+        self.exec
+            .artifact()
+            .inputs()
+            .into_iter()
+            .map(spec_tuple)
+            .collect()
     }
 
     /// The outputs in order: `[(name, dtype, shape), ...]`.
     fn output_specs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
-        self.exec.artifact().outputs().into_iter().map(spec_tuple).collect()
+        self.exec
+            .artifact()
+            .outputs()
+            .into_iter()
+            .map(spec_tuple)
+            .collect()
     }
 
     /// Runs the program on raw data pointers: `inputs` and `outputs` in spec order, each the
@@ -266,22 +276,23 @@ fn compile(
         )));
     }
     let json = graph_json.as_bytes();
-    let (artifact, secs) = py.detach(|| -> Result<_, String> {
-        let t0 = std::time::Instant::now();
-        let weights = match weights_safetensors {
-            Some(b) => fxhlo_ir::read::safetensors_io::parse_safetensors(b, "<weights>")
-                .map_err(|e| e.to_string())?,
-            None => Default::default(),
-        };
-        let model = fxhlo::model_from_fxjson(json, weights).map_err(|e| e.to_string())?;
-        let opts = fxhlo::CompileOptions {
-            opt_level,
-            ..Default::default()
-        };
-        let a = fxhlo::compile(&model, &opts).map_err(|e| e.to_string())?;
-        Ok((a, t0.elapsed().as_secs_f64()))
-    })
-    .map_err(compile_err)?;
+    let (artifact, secs) = py
+        .detach(|| -> Result<_, String> {
+            let t0 = std::time::Instant::now();
+            let weights = match weights_safetensors {
+                Some(b) => fxhlo_ir::read::safetensors_io::parse_safetensors(b, "<weights>")
+                    .map_err(|e| e.to_string())?,
+                None => Default::default(),
+            };
+            let model = fxhlo::model_from_fxjson(json, weights).map_err(|e| e.to_string())?;
+            let opts = fxhlo::CompileOptions {
+                opt_level,
+                ..Default::default()
+            };
+            let a = fxhlo::compile(&model, &opts).map_err(|e| e.to_string())?;
+            Ok((a, t0.elapsed().as_secs_f64()))
+        })
+        .map_err(compile_err)?;
     Compiled::new(artifact, threads, secs)
 }
 
@@ -289,9 +300,7 @@ fn compile(
 #[pyfunction]
 #[pyo3(signature = (data, threads=None))]
 fn load_artifact(py: Python<'_>, data: &[u8], threads: Option<usize>) -> PyResult<Compiled> {
-    let a = py
-        .detach(|| Artifact::from_bytes(data))
-        .map_err(exec_err)?;
+    let a = py.detach(|| Artifact::from_bytes(data)).map_err(exec_err)?;
     Compiled::new(a, threads, 0.0)
 }
 
