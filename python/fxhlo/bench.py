@@ -889,6 +889,11 @@ def report(result: Dict[str, Any]) -> str:
         xl = rec["peers"].get("xla", {})
         if str(xl.get("check", "")).startswith("MISMATCH"):
             notes.append(f"- {rec['key']}: XLA output differs from eager: {xl['check']}")
+    if result.get("mha_fastpath", True) and any(r["key"] == "b" for r in result["workloads"]):
+        notes.append("- b: under torch.no_grad PyTorch takes the native encoder fast path "
+                     "(torch._transformer_encoder_layer_fwd) in eager and inside torch.compile "
+                     "(Dynamo captures it as one op that Inductor calls as an extern kernel); "
+                     "--no-mha-fastpath makes both run the decomposed layer")
     fb = fallback_lines(result["workloads"])
     if fb:
         notes.append("- fxhlo fallbacks to the reference interpreter (`fxhlo check --stats`), "
@@ -950,6 +955,11 @@ def versions(exe: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         except Exception as e:
             v["fxhlo"] = f"error: {short_error(e)}"
         v["fxhlo_bin"] = exe
+        try:
+            v["fxhlo_bin_mtime"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(
+                os.path.getmtime(exe)))
+        except OSError:
+            pass
     else:
         v["fxhlo"] = "no binary"
     try:
@@ -1007,6 +1017,9 @@ def parse_args(argv):
     p.add_argument("--inductor-warm-cache", action="store_true",
                    help="use Inductor's usual on-disk cache (default: a fresh one per run, so "
                         "the compile time is a cold compile)")
+    p.add_argument("--no-mha-fastpath", action="store_true",
+                   help="torch.backends.mha.set_fastpath_enabled(False): eager and Inductor run "
+                        "workload b's decomposed layer instead of the native fused encoder op")
     p.add_argument("--xla-flags", default=XLA_FLAGS_DEFAULT,
                    help=f"appended to XLA_FLAGS (default {XLA_FLAGS_DEFAULT!r}; '' for none)")
     p.add_argument("--skip-peaks", action="store_true", help="do not measure machine peaks")
@@ -1041,12 +1054,15 @@ def main(argv=None) -> int:
 
     import torch
     torch.set_num_threads(args.threads)
+    if args.no_mha_fastpath:
+        torch.backends.mha.set_fastpath_enabled(False)
     exe = fxhlo_bin()
     vers, status = versions(exe)
     vline = ", ".join(f"{k} {vers[k]}" for k in ("torch", "jax", "jaxlib", "numpy", "fxhlo", "git")
                       if k in vers)
     if exe:
-        vline += f" (binary {exe})"
+        vline += f" (binary {exe}, built {vers.get('fxhlo_bin_mtime', '?')}; git describes " \
+                 f"the working tree now, not necessarily the binary)"
     command = "python -m fxhlo.bench " + " ".join(shlex.quote(x) for x in argv)
     result: Dict[str, Any] = {
         "command": command.strip(), "argv": argv, "quick": args.quick,
@@ -1057,6 +1073,7 @@ def main(argv=None) -> int:
                     "platform": platform.platform()},
         "inductor_cache": "fresh per run" if ind_cache else "warm (user's)",
         "inductor_freezing": args.inductor_freezing,
+        "mha_fastpath": not args.no_mha_fastpath,
         "workloads": [],
     }
     log(f"threads: {thread_settings}")
