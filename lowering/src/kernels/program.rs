@@ -23,6 +23,10 @@ pub struct Values<'g> {
     ids: BTreeMap<ValueRef, ValueId>,
     /// Specs of the values, by id.
     pub specs: Vec<TensorSpec>,
+    /// The graph value behind each id (none for internal values).
+    refs: Vec<Option<ValueRef>>,
+    /// Values some earlier step (or the caller) has computed: inputs, constants, step results.
+    ready: BTreeSet<ValueRef>,
 }
 
 impl<'g> Values<'g> {
@@ -51,6 +55,7 @@ impl<'g> Values<'g> {
             dtype: t.dtype,
             shape,
         });
+        self.refs.push(Some(v));
         self.ids.insert(v, id);
         Ok(id)
     }
@@ -58,6 +63,7 @@ impl<'g> Values<'g> {
     /// An internal value (no graph counterpart), e.g. a matmul result before its epilogue.
     pub fn internal(&mut self, spec: TensorSpec) -> ValueId {
         self.specs.push(spec);
+        self.refs.push(None);
         (self.specs.len() - 1) as ValueId
     }
 }
@@ -68,6 +74,8 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
         g,
         ids: BTreeMap::new(),
         specs: vec![],
+        refs: vec![],
+        ready: BTreeSet::new(),
     };
     let mut program = Program::default();
     for (i, n) in g.nodes.iter().enumerate() {
@@ -77,10 +85,12 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                 ..
             } => {
                 let id = vals.id(ValueRef::new(i, 0))?;
+                vals.ready.insert(ValueRef::new(i, 0));
                 program.inputs.push(id);
             }
             NodeKind::Input { target, .. } => {
                 let id = vals.id(ValueRef::new(i, 0))?;
+                vals.ready.insert(ValueRef::new(i, 0));
                 let target = target.clone().unwrap_or_else(|| n.name.clone());
                 program.constants.push((id, target));
             }
@@ -97,6 +107,11 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
     for k in &plan.kernels {
         let steps = build_kernel(g, k, &mut vals)?;
         for s in steps {
+            for &d in &s.dsts {
+                if let Some(Some(v)) = vals.refs.get(d as usize) {
+                    vals.ready.insert(*v);
+                }
+            }
             *report
                 .by_kind
                 .entry(s.kernel.kind().to_string())
@@ -274,6 +289,36 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
             &BTreeSet::new(),
             vals,
         )?);
+    }
+    // Operands read through views of another kernel's internal values: recompute that view
+    // chain from values already computed.
+    for &v in &operands {
+        if all.contains(&v.node) || vals.ready.contains(&v) {
+            continue;
+        }
+        let mut chain = BTreeSet::new();
+        let mut work = vec![v.node];
+        while let Some(i) = work.pop() {
+            if !matches!(g.nodes[i].kind, NodeKind::Op(_)) {
+                return Err(format!("value '{}' is not computed", g.value_name(v)));
+            }
+            if chain.insert(i) {
+                for a in g.nodes[i].args.iter().flat_map(|a| a.values()) {
+                    if !vals.ready.contains(&a) {
+                        work.push(a.node);
+                    }
+                }
+            }
+        }
+        let more = elementwise_steps(g, &chain, &[v], &BTreeSet::new(), vals)?;
+        for st in &more {
+            for &d in &st.dsts {
+                if let Some(Some(r)) = vals.refs.get(d as usize) {
+                    vals.ready.insert(*r);
+                }
+            }
+        }
+        steps.extend(more);
     }
     let srcs = operand_ids(g, &operands, &BTreeSet::new(), vals)?;
     let product = ValueRef::new(root, 0);
