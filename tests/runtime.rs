@@ -293,3 +293,64 @@ fn cli_compiles_an_artifact_and_runs_it_like_the_interpreter() {
     assert_eq!(std::fs::read(&reference).unwrap(), before);
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// Forward and backward graphs that `torch.compile(backend="fxhlo")` handed over (aot_autograd,
+/// parameters as inputs): each compiles, and the fast runtime agrees with the interpreter on
+/// seeded inputs (floats random, integers zero so that saved pooling indices stay valid).
+#[test]
+fn aot_graphs_compile_and_agree_with_the_interpreter() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/aot_graphs");
+    let mut files: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5);
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        let model = fxhlo::model_from_fxjson(&bytes, Default::default()).unwrap();
+        let a = compile(&model, &CompileOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut inputs = std::collections::BTreeMap::new();
+        for s in a.inputs() {
+            let n = s.numel();
+            let vals: Vec<f64> = (0..n)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    if s.dtype.is_float() {
+                        ((seed >> 40) as f64 / (1u64 << 24) as f64) * 2.0 - 1.0
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            inputs.insert(
+                s.name.clone(),
+                fxhlo_ir::HostTensor::from_f64(s.dtype, s.shape.clone(), &vals),
+            );
+        }
+        let want = fxhlo_runtime::run(&model, &inputs).unwrap();
+        let got = executor(a, 2).run(&inputs).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            // resnet18's deep f32 accumulations get the atol its testdata states (1e-4, see
+            // docs/numerics.md); everything else the per-dtype default.
+            let mut tol = fxhlo::Tolerance::for_dtype(w.dtype);
+            if f.to_string_lossy().contains("resnet18") && w.dtype.is_float() {
+                tol.atol = 1e-4;
+            }
+            let c = fxhlo::compare(&format!("output{i}"), g, w, tol);
+            assert!(
+                c.ok(),
+                "{} output {i}: max_abs {:.3e} bad {}/{}",
+                f.display(),
+                c.max_abs,
+                c.bad,
+                c.numel
+            );
+        }
+    }
+}

@@ -323,6 +323,24 @@ pub fn plan(g: &Graph) -> FusionPlan {
         }
     }
 
+    // Creation ops without tensor operands (scalar_tensor, full, arange) are recomputed by every
+    // kernel that reads them: they cost nothing and, read from another kernel, they could tie
+    // kernels into a cycle (a kernel recomputing a producer whose operand is owned downstream).
+    for b in built.iter_mut() {
+        let mut add = vec![];
+        for &i in b.members.iter().chain(&b.recomputed) {
+            for v in g.nodes[i].args.iter().flat_map(|a| a.values()) {
+                let p = v.node;
+                let creation =
+                    matches!(class_of(g, p), Some(Class::Elementwise)) && producers(p).is_empty();
+                if creation && !b.members.contains(&p) && !b.recomputed.contains(&p) {
+                    add.push(p);
+                }
+            }
+        }
+        b.recomputed.extend(add);
+    }
+
     // Inputs of each kernel; outputs are the values some other kernel reads or the graph returns.
     let inputs: Vec<BTreeSet<ValueRef>> = built
         .iter()

@@ -33,9 +33,6 @@ KNOWN_COMPILER_FAILURES = {
     ("transformer_encoder", "inference"): "nn.TransformerEncoderLayer's fused inference fast "
                                           "path aten._transformer_encoder_layer_fwd is not in "
                                           "the op table (runs in eager)",
-    ("resnet18", "inference"): "artifact: step reads value 'getitem_23' before it is computed",
-    ("cnn", "training"): "backward: artifact: step reads value 'sum_3' before it is computed",
-    ("transformer_encoder", "training"): "artifact: step reads a value before it is computed",
 }
 
 
