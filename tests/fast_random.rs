@@ -3,7 +3,6 @@
 //! builder picks must agree with the oracle, at -O0 and -O2.
 
 #[path = "../passes/tests/common/mod.rs"]
-#[allow(dead_code)]
 mod pcommon;
 
 use fxhlo::{compile, CompileOptions};
