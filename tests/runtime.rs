@@ -354,3 +354,40 @@ fn aot_graphs_compile_and_agree_with_the_interpreter() {
         }
     }
 }
+
+/// The same model gives byte-identical artifacts, IR text and StableHLO across runs and thread
+/// counts.
+#[test]
+fn compilation_is_deterministic_across_runs_and_thread_counts() {
+    let tmp = std::env::temp_dir().join(format!("fxhlo-determinism-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for dir in testdata() {
+        let d = dir.to_str().unwrap();
+        let mut outputs: Vec<Vec<Vec<u8>>> = vec![];
+        for threads in ["1", "2", "2"] {
+            let fxa = tmp.join(format!("m{threads}.fxa"));
+            let run = |args: &[&str]| {
+                let out = std::process::Command::new(env!("CARGO_BIN_EXE_fxhlo"))
+                    .args(args)
+                    .env("FXHLO_NUM_THREADS", threads)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{args:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                out.stdout
+            };
+            run(&["compile", d, "-o", fxa.to_str().unwrap()]);
+            let ir = run(&["opt", "-O2", d]);
+            let hlo = run(&["lower", "-O2", d]);
+            outputs.push(vec![std::fs::read(&fxa).unwrap(), ir, hlo]);
+        }
+        assert!(
+            outputs.windows(2).all(|w| w[0] == w[1]),
+            "{d}: outputs differ"
+        );
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}

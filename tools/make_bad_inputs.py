@@ -10,6 +10,7 @@ import os
 import shutil
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,6 +208,25 @@ def main():
         d["graph_module"]["graph"]["nodes"][1]["target"] = "torch.ops.aten.frobnicate.default"
     pt2_case("pt2_unknown_op", "aten.frobnicate.default", lambda n, b: edit_json(b, op_edit) if n.endswith("models/model.json") else b,
              inspect_exit=0, out_stream="stdout")
+
+    # Compiled artifacts (docs/runtime.md): built by hand so that no compiler is needed here.
+    def artifact(header: bytes, consts: bytes = b"", version: int = 1, crc_fix: bool = True):
+        body = b"FXHLOFXA" + struct.pack("<I", version) + struct.pack("<Q", len(header)) + header
+        body += struct.pack("<Q", len(consts)) + consts
+        crc = zlib.crc32(body) if crc_fix else zlib.crc32(body) ^ 1
+        return body + struct.pack("<I", crc)
+    empty_st = st_bytes({})
+
+    def artifact_case(name, data, msg):
+        run = r(["run", "model.fxa", "--inputs", "inputs.safetensors", "--out", "out.safetensors"], 2, msg)
+        case(name, [run], files={"model.fxa": data}, copy=("inputs.safetensors",))
+    artifact_case("artifact_wrong_version", artifact(b"{}", empty_st, version=99), "format version 99")
+    artifact_case("artifact_truncated", artifact(b'{"compiler_version": "0.1.0"}', empty_st)[:30], "truncated")
+    artifact_case("artifact_corrupted", artifact(b'{"compiler_version": "0.1.0"}', empty_st, crc_fix=False), "checksum mismatch")
+    artifact_case("artifact_bad_header", artifact(b'{"compiler_version": "0.1.0"}', empty_st), "header: missing field")
+    bad_prog = json.dumps({"compiler_version": "0.1.0", "opt_level": 2, "graph": "", "stablehlo": {"Err": "-"},
+                           "program": {"values": [], "inputs": [3], "constants": [], "outputs": [], "steps": []}}).encode()
+    artifact_case("artifact_dangling_value", artifact(bad_prog, empty_st), "refers to value 3")
     print(f"wrote {len(list(OUT.iterdir()))} cases to {OUT.relative_to(ROOT)}")
 
 
