@@ -210,7 +210,7 @@ def main():
              inspect_exit=0, out_stream="stdout")
 
     # Compiled artifacts (docs/runtime.md): built by hand so that no compiler is needed here.
-    def artifact(header: bytes, consts: bytes = b"", version: int = 1, crc_fix: bool = True):
+    def artifact(header: bytes, consts: bytes = b"", version: int = 2, crc_fix: bool = True):
         body = b"FXHLOFXA" + struct.pack("<I", version) + struct.pack("<Q", len(header)) + header
         body += struct.pack("<Q", len(consts)) + consts
         crc = zlib.crc32(body) if crc_fix else zlib.crc32(body) ^ 1

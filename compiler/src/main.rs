@@ -158,6 +158,10 @@ enum Cmd {
         /// Untimed runs first.
         #[arg(long, default_value_t = 3)]
         warmup: usize,
+        /// Also print, on standard error, the time of each step (mean over the timed runs),
+        /// slowest first.
+        #[arg(long)]
+        profile: bool,
         #[command(flatten)]
         pipeline: PipelineArgs,
         #[command(flatten)]
@@ -285,15 +289,23 @@ fn run_model(
     Ok(compile_for_run(&m, rt)?.run(inputs)?)
 }
 
-/// `fxhlo bench`: compile time, then the median and minimum of timed runs, as one JSON line.
+/// How `fxhlo bench` times runs.
+struct BenchOptions {
+    iters: usize,
+    warmup: usize,
+    profile: bool,
+}
+
+/// `fxhlo bench`: compile time, then the median and minimum of timed runs, as one JSON line;
+/// with `profile`, a table of step times on standard error.
 fn bench(
     model: &Path,
     inputs: Option<PathBuf>,
-    iters: usize,
-    warmup: usize,
+    opts: &BenchOptions,
     pipeline: &PipelineArgs,
     rt: &RuntimeArgs,
 ) -> Result<(), DriverError> {
+    let (iters, warmup) = (opts.iters, opts.warmup);
     let dir = if model.is_dir() {
         model.to_path_buf()
     } else {
@@ -325,6 +337,9 @@ fn bench(
     let sizes: Vec<usize> = a.outputs().iter().map(|s| s.bytes()).collect();
     let mut times = vec![];
     for i in 0..warmup + iters.max(1) {
+        if i == warmup && opts.profile {
+            ex.enable_profiling();
+        }
         let mut refs: Vec<&mut [u8]> = outs
             .iter_mut()
             .zip(&sizes)
@@ -337,6 +352,9 @@ fn bench(
         }
     }
     times.sort_by(f64::total_cmp);
+    if opts.profile {
+        eprint!("{}", profile_table(a, &ex.step_seconds(), times.len()));
+    }
     let json = serde_json::json!({
         "model": model.display().to_string(),
         "read_ms": read_ms,
@@ -351,6 +369,35 @@ fn bench(
     });
     println!("{json}");
     Ok(())
+}
+
+/// Steps by mean time per run, slowest first, with their kind, result shape and share.
+fn profile_table(a: &fxhlo_runtime::fast::Artifact, secs: &[f64], runs: usize) -> String {
+    let p = &a.header.program;
+    let total: f64 = secs.iter().sum::<f64>().max(1e-12);
+    let mut order: Vec<usize> = (0..secs.len()).collect();
+    order.sort_by(|&x, &y| secs[y].total_cmp(&secs[x]));
+    let mut out = format!(
+        "step profile (mean of {runs} runs; {:.3} ms in steps per run)\n",
+        total * 1e3 / runs.max(1) as f64
+    );
+    for i in order {
+        let s = &p.steps[i];
+        let shape = s
+            .dsts
+            .first()
+            .map(|&v| p.values[v as usize].type_string())
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {:9.3} ms {:5.1}%  step {i:3} {:<11} {:<24} {}\n",
+            secs[i] * 1e3 / runs.max(1) as f64,
+            100.0 * secs[i] / total,
+            s.kernel.kind(),
+            s.name(),
+            shape
+        ));
+    }
+    out
 }
 
 fn bytes_of(v: &mut [u64]) -> &mut [u8] {
@@ -521,10 +568,16 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             inputs,
             iters,
             warmup,
+            profile,
             pipeline,
             runtime,
         } => {
-            bench(&model, inputs, iters, warmup, &pipeline, &runtime)?;
+            let opts = BenchOptions {
+                iters,
+                warmup,
+                profile,
+            };
+            bench(&model, inputs, &opts, &pipeline, &runtime)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Ops => {

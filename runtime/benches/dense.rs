@@ -4,7 +4,7 @@
 //! `FXHLO_NUM_THREADS`). Peers (torch, numpy) are compared elsewhere.
 
 use fxhlo_runtime::fast::conv::{conv2d, ConvSpec};
-use fxhlo_runtime::fast::gemm::{matmul, MatmulSpec};
+use fxhlo_runtime::fast::gemm::{matmul, MatmulSpec, Operand};
 use std::time::Instant;
 
 fn fill(n: usize, seed: usize) -> Vec<f32> {
@@ -38,7 +38,7 @@ fn bench_matmul(threads: usize, name: &str, spec: &MatmulSpec, reps: usize) {
     let b = fill(spec.batch * spec.k * spec.n, 2);
     let mut c = vec![0f32; spec.batch * spec.m * spec.n];
     let flops = 2.0 * (spec.batch * spec.m * spec.n * spec.k) as f64;
-    let secs = time(reps, || matmul(spec, &a, &b, None, &mut c, &|_, _, _| {}));
+    let secs = time(reps, || matmul(spec, &a, &b, None, &mut c, &|_| {}));
     report(name, threads, flops, secs);
 }
 
@@ -48,7 +48,7 @@ fn bench_conv(threads: usize, name: &str, spec: &ConvSpec, reps: usize) {
     let bias = fill(spec.cout, 3);
     let mut out = vec![0f32; spec.output_len()];
     let secs = time(reps, || {
-        conv2d(spec, &x, &w, Some(&bias), &mut out, &|_, _| {})
+        conv2d(spec, &x, &w, Some(&bias), &mut out, &|_| {})
     });
     report(name, threads, spec.flops() as f64, secs);
 }
@@ -78,6 +78,29 @@ fn main() {
                 };
                 let spec = MatmulSpec::contiguous(1, n, n, n);
                 bench_matmul(threads, &format!("sgemm {n}^3"), &spec, reps);
+            }
+            // Linear layers (x @ W^T, W row-major [out, in]): the MLP and encoder workloads.
+            for (m, k, n) in [
+                (256, 1024, 4096),
+                (256, 4096, 4096),
+                (2048, 512, 1536),
+                (2048, 2048, 512),
+            ] {
+                if quick && m * n * k > 1 << 30 {
+                    continue;
+                }
+                let mut spec = MatmulSpec::contiguous(1, m, n, k);
+                spec.b = Operand {
+                    offset: 0,
+                    batch_stride: 0,
+                    row_stride: 1,
+                    col_stride: k,
+                };
+                bench_matmul(threads, &format!("linear {m}x{k} @ ({n}x{k})^T"), &spec, 5);
+                if std::env::var("FXHLO_BENCH_PLAIN").is_ok() {
+                    let spec = MatmulSpec::contiguous(1, m, n, k);
+                    bench_matmul(threads, &format!("plain {m}x{k} @ {k}x{n}"), &spec, 5);
+                }
             }
             // Attention scores: 8 sequences x 8 heads, [256, 64] @ [64, 256].
             let spec = MatmulSpec::contiguous(64, 256, 256, 64);

@@ -108,30 +108,30 @@ fn check_matmul(spec: &MatmulSpec, what: &str) {
     .unwrap();
     let want = naive_matmul(spec, &a, &b, bias.as_deref());
     let mut c = vec![f32::NAN; spec.batch * spec.m * spec.n];
-    let seen = Mutex::new(vec![0u32; spec.batch * spec.m]);
+    let seen = Mutex::new(vec![0u32; spec.batch * spec.m * spec.n]);
     let n = spec.n;
-    matmul(spec, &a, &b, bias.as_deref(), &mut c, &|bi, row0, rows| {
-        assert_eq!(rows.len() % n, 0);
-        let mut s = seen.lock().unwrap();
-        for r in 0..rows.len() / n {
-            s[bi * spec.m + row0 + r] += 1;
-        }
-        // The block is complete when the epilogue sees it.
-        for (j, v) in rows.iter().enumerate() {
-            let w = want[(bi * spec.m + row0) * n + j];
-            assert!(
-                close(*v as f64, w, 1e-4),
-                "{what}: epilogue saw {v}, want {w}"
-            );
-        }
-        for v in rows.iter_mut() {
-            *v *= 2.0;
+    matmul(spec, &a, &b, bias.as_deref(), &mut c, &|t| {
+        assert_eq!(t.n, n);
+        for r in t.rows.clone() {
+            let c0 = t.cols.start;
+            let row = t.row(r);
+            let mut s = seen.lock().unwrap();
+            // The tile is complete when the epilogue sees it.
+            for (j, v) in row.iter_mut().enumerate() {
+                s[r * n + c0 + j] += 1;
+                let w = want[r * n + c0 + j];
+                assert!(
+                    close(*v as f64, w, 1e-4),
+                    "{what}: epilogue saw {v}, want {w}"
+                );
+                *v *= 2.0;
+            }
         }
     });
     if spec.m * spec.n > 0 {
         assert!(
             seen.into_inner().unwrap().iter().all(|&x| x == 1),
-            "{what}: epilogue rows"
+            "{what}: the epilogue saw every element once"
         );
     }
     let want2: Vec<f64> = want.iter().map(|v| v * 2.0).collect();
@@ -170,14 +170,12 @@ fn matmul_zero_sizes() {
     });
     let bias = [1.0f32, 2.0, 3.0, 4.0];
     let mut c = vec![f32::NAN; 24];
-    matmul(&s, &[], &[], Some(&bias), &mut c, &|_, _, _| {});
+    matmul(&s, &[], &[], Some(&bias), &mut c, &|_| {});
     assert_eq!(&c[..4], &bias);
     assert_eq!(&c[20..], &bias);
     let s = MatmulSpec::contiguous(2, 0, 4, 5);
     let mut c: Vec<f32> = vec![];
-    matmul(&s, &[], &rnd(40, 1), None, &mut c, &|_, _, _| {
-        panic!("no rows")
-    });
+    matmul(&s, &[], &rnd(40, 1), None, &mut c, &|_| panic!("no rows"));
 }
 
 #[test]
@@ -226,6 +224,24 @@ fn matmul_strided_and_transposed() {
     };
     s.b.batch_stride = 0;
     check_matmul(&s, "broadcast rhs");
+    // A shared rhs under a lhs whose batch is its inner dimension (a sequence-first view of a
+    // batch-first activation): one product of batch * m rows addressed in two levels, with
+    // a row bias.
+    let mut s = MatmulSpec::contiguous(5, m, n, k);
+    s.a = Operand {
+        offset: 0,
+        batch_stride: k,
+        row_stride: 5 * k,
+        col_stride: 1,
+    };
+    s.b.batch_stride = 0;
+    s.bias = Some(Operand {
+        offset: 0,
+        batch_stride: 0,
+        row_stride: 0,
+        col_stride: 1,
+    });
+    check_matmul(&s, "sequence-first lhs, shared rhs");
     // Element-strided columns (every other element).
     let mut s = MatmulSpec::contiguous(1, 9, 17, 33);
     s.b = Operand {
@@ -274,7 +290,7 @@ fn matmul_bias_alpha_beta() {
     });
     let (a, b) = (rnd(35, 1), rnd(42, 2));
     let mut c = vec![0.0; 30];
-    matmul(&s, &a, &b, Some(&[f32::NAN; 6]), &mut c, &|_, _, _| {});
+    matmul(&s, &a, &b, Some(&[f32::NAN; 6]), &mut c, &|_| {});
     assert!(c.iter().all(|v| v.is_finite()));
 }
 
@@ -295,7 +311,7 @@ fn matmul_matches_interpreter() {
         &b,
         None,
         &mut c,
-        &|_, _, _| {},
+        &|_| {},
     );
     assert_close(&c, &want.f64s(), 1e-5, "mm");
 
@@ -318,7 +334,7 @@ fn matmul_matches_interpreter() {
     });
     s.alpha = 2.0;
     s.beta = 0.5;
-    matmul(&s, &a, &b, Some(&bias), &mut c, &|_, _, _| {});
+    matmul(&s, &a, &b, Some(&bias), &mut c, &|_| {});
     assert_close(&c, &want.f64s(), 1e-5, "addmm");
 
     let (a, b) = (rnd(3 * 17 * 9, 4), rnd(3 * 9 * 129, 5));
@@ -336,7 +352,7 @@ fn matmul_matches_interpreter() {
         &b,
         None,
         &mut c,
-        &|_, _, _| {},
+        &|_| {},
     );
     assert_close(&c, &want.f64s(), 1e-5, "bmm");
 }
@@ -378,7 +394,7 @@ fn matmul_bitwise_same_on_1_and_2_threads() {
         let b = rnd(spec.batch * spec.k * spec.n, 2);
         let run = |threads: usize| {
             let mut c = vec![0.0f32; spec.batch * spec.m * spec.n];
-            pool(threads).install(|| matmul(&spec, &a, &b, None, &mut c, &|_, _, _| {}));
+            pool(threads).install(|| matmul(&spec, &a, &b, None, &mut c, &|_| {}));
             c
         };
         let (c1, c2) = (run(1), run(2));
@@ -427,27 +443,28 @@ fn check_conv(spec: &ConvSpec, with_bias: bool, what: &str) {
         "{what}: shape"
     );
     let mut out = vec![f32::NAN; spec.output_len()];
-    let seen = Mutex::new(vec![0u32; spec.n]);
-    let img = spec.cout * spec.oh * spec.ow;
+    let seen = Mutex::new(vec![0u32; spec.output_len()]);
     let wv = want.f64s();
-    conv2d(
-        spec,
-        &x,
-        &w,
-        with_bias.then_some(&b[..]),
-        &mut out,
-        &|n, o| {
-            assert_eq!(o.len(), img);
-            seen.lock().unwrap()[n] += 1;
-            assert_close(o, &wv[n * img..(n + 1) * img], 1e-4, what);
-            for v in o.iter_mut() {
+    conv2d(spec, &x, &w, with_bias.then_some(&b[..]), &mut out, &|t| {
+        let c0 = t.cols.start;
+        let n = t.n;
+        for r in t.rows.clone() {
+            let row = t.row(r);
+            let mut s = seen.lock().unwrap();
+            for (j, v) in row.iter_mut().enumerate() {
+                s[r * n + c0 + j] += 1;
+                let w = wv[r * n + c0 + j];
+                assert!(
+                    close(*v as f64, w, 1e-4),
+                    "{what}: epilogue saw {v}, want {w}"
+                );
                 *v = -*v;
             }
-        },
-    );
+        }
+    });
     assert!(
         seen.into_inner().unwrap().iter().all(|&c| c == 1),
-        "{what}: epilogue images"
+        "{what}: the epilogue saw every element once"
     );
     let neg: Vec<f64> = wv.iter().map(|v| -v).collect();
     assert_close(&out, &neg, 1e-4, what);
@@ -602,7 +619,7 @@ fn conv_bitwise_same_on_1_and_2_threads() {
         let b = rnd(spec.cout, 3);
         let run = |threads: usize| {
             let mut o = vec![0.0f32; spec.output_len()];
-            pool(threads).install(|| conv2d(&spec, &x, &w, Some(&b), &mut o, &|_, _| {}));
+            pool(threads).install(|| conv2d(&spec, &x, &w, Some(&b), &mut o, &|_| {}));
             o
         };
         let (a, c) = (run(1), run(2));

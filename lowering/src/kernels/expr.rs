@@ -31,7 +31,16 @@ pub fn build(
     shape: &[usize],
     slots: &mut Slots,
 ) -> Result<Expr, String> {
-    build_with(g, members, roots, shape, slots, &BTreeMap::new())
+    build_impl(
+        g,
+        members,
+        roots,
+        shape,
+        None,
+        slots,
+        &BTreeMap::new(),
+        false,
+    )
 }
 
 /// [`build`] where each value in `subst` is read from the given operand slot (a contiguous
@@ -46,7 +55,7 @@ pub fn build_with(
     slots: &mut Slots,
     subst: &BTreeMap<ValueRef, u32>,
 ) -> Result<Expr, String> {
-    build_impl(g, members, roots, shape, None, slots, subst)
+    build_impl(g, members, roots, shape, None, slots, subst, true)
 }
 
 /// [`build_with`] for one root iterated in permuted order: iteration dimension `k` is the
@@ -68,9 +77,12 @@ pub fn build_permuted(
         ));
     }
     let shape: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
-    build_impl(g, members, &[root], &shape, Some(perm), slots, subst)
+    build_impl(g, members, &[root], &shape, Some(perm), slots, subst, true)
 }
 
+/// `bool_roots`: the caller reads the outputs as `0`/`1` values (a reduction's prologue, or an
+/// epilogue it converts to bool itself), so bool roots are allowed besides f32 ones.
+#[allow(clippy::too_many_arguments)]
 fn build_impl(
     g: &Graph,
     members: &BTreeSet<NodeId>,
@@ -79,12 +91,13 @@ fn build_impl(
     perm: Option<&[usize]>,
     slots: &mut Slots,
     subst: &BTreeMap<ValueRef, u32>,
+    bool_roots: bool,
 ) -> Result<Expr, String> {
     let ident: Vec<usize> = (0..shape.len()).collect();
     let perm = perm.unwrap_or(&ident);
     for &r in roots {
         let t = g.ty(r);
-        if t.dtype != DType::F32 {
+        if t.dtype != DType::F32 && !(bool_roots && t.dtype == DType::Bool) {
             return Err(format!(
                 "{}: the result is {}, the elementwise engine writes f32",
                 describe(g, r.node),

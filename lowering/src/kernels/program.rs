@@ -5,7 +5,9 @@
 use super::Slots;
 use fxhlo_ir::{Arg, Graph, InputKind, Node, NodeId, NodeKind, ValueRef};
 use fxhlo_passes::fusion::{FusionPlan, Kernel as FusionKernel, KernelKind};
-use fxhlo_runtime::fast::program::{BlockSpec, Kernel, Launch, Program, Step, TensorSpec, ValueId};
+use fxhlo_runtime::fast::program::{
+    BlockSpec, Epilogue, Kernel, Launch, Program, Step, TensorSpec, ValueId,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Counts of how the kernels of a plan were compiled.
@@ -245,7 +247,14 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
             let mut ops = vec![m.a, m.b];
             ops.extend(m.bias);
             let grid = vec![m.spec.batch, m.spec.m.div_ceil(m.spec.block_rows().max(1))];
-            (Kernel::Matmul(m.spec), ops, grid)
+            (
+                Kernel::Matmul {
+                    spec: m.spec,
+                    epilogue: None,
+                },
+                ops,
+                grid,
+            )
         }
         _ => {
             let c = super::dense::conv_spec(g, root)?;
@@ -256,6 +265,7 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
                 Kernel::Conv {
                     spec: c.spec,
                     bias: c.bias.is_some(),
+                    epilogue: None,
                 },
                 ops,
                 grid,
@@ -349,15 +359,60 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
         return Err("a value of the matmul/conv prologue is used outside the kernel".into());
     }
     if !outs.is_empty() {
-        steps.extend(elementwise_steps(
-            g,
-            &epilogue,
-            &outs,
-            &BTreeSet::from([product]),
-            vals,
-        )?);
+        let mut epi = elementwise_steps(g, &epilogue, &outs, &BTreeSet::from([product]), vals)?;
+        let heavy = steps.last_mut().expect("pushed above");
+        if epi.len() == 1 && fuse_epilogue(heavy, &epi[0], dst, vals) {
+            epi.clear();
+        }
+        steps.extend(epi);
     }
     Ok(steps)
+}
+
+/// Moves an elementwise epilogue step into the matmul/conv step before it when the epilogue
+/// iterates over the product's flat index space and reads the product only elementwise (so it
+/// can run on each tile while the tile is hot). Returns whether it did.
+fn fuse_epilogue(heavy: &mut Step, epi: &Step, product: ValueId, vals: &Values<'_>) -> bool {
+    let Kernel::Elementwise(e) = &epi.kernel else {
+        return false;
+    };
+    if e.numel() != vals.specs[product as usize].numel() {
+        return false;
+    }
+    // Slots: the heavy step's operands, then the epilogue's other operands, then the product.
+    let mut srcs = heavy.srcs.clone();
+    let mut map = Vec::with_capacity(epi.srcs.len());
+    for &v in &epi.srcs {
+        if v == product {
+            map.push(None);
+        } else {
+            map.push(Some(srcs.len() as u32));
+            srcs.push(v);
+        }
+    }
+    let product_slot = srcs.len() as u32;
+    let mut expr = e.clone();
+    expr.map_slots(|s| map[s as usize].unwrap_or(product_slot));
+    if !expr.reads_slot_elementwise(product_slot) {
+        return false;
+    }
+    let epilogue = Some(Box::new(Epilogue { expr }));
+    match &mut heavy.kernel {
+        Kernel::Matmul { epilogue: slot, .. } | Kernel::Conv { epilogue: slot, .. } => {
+            *slot = epilogue
+        }
+        _ => return false,
+    }
+    heavy.srcs = srcs;
+    heavy.dsts.extend(&epi.dsts);
+    heavy.nodes.extend(epi.nodes.iter().cloned());
+    heavy.launch.blocks = heavy
+        .srcs
+        .iter()
+        .chain(&heavy.dsts)
+        .map(|&v| BlockSpec::whole(&vals.specs[v as usize].shape))
+        .collect();
+    true
 }
 
 /// A reduction kernel with its prologue and epilogue.

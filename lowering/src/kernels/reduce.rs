@@ -60,12 +60,22 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
         .arg(input_name)
         .and_then(Arg::as_tensor)
         .ok_or_else(|| err("no input tensor"))?;
-    if g.ty(x).dtype != DType::F32 {
-        return Err(err("the input is not f32"));
+    // `any` reads bools (or f32) and gives bools; every other reduction is f32 to f32.
+    let is_any = matches!(op, Op::Any | Op::AnyDim | Op::AnyDims);
+    let (in_ok, out_dtype) = if is_any {
+        (
+            matches!(g.ty(x).dtype, DType::F32 | DType::Bool),
+            DType::Bool,
+        )
+    } else {
+        (g.ty(x).dtype == DType::F32, DType::F32)
+    };
+    if !in_ok {
+        return Err(err(&format!("the input is {}", g.ty(x).dtype)));
     }
     for (r, t) in node.results.iter().enumerate() {
-        if t.dtype != DType::F32 {
-            return Err(err(&format!("result {r} is {}, not f32", t.dtype)));
+        if t.dtype != out_dtype {
+            return Err(err(&format!("result {r} is {}, not {out_dtype}", t.dtype)));
         }
     }
     let xs = shape(g, x)?;
@@ -112,6 +122,8 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
         Op::Mean => (ReduceOp::Mean, (0..rank).collect()),
         Op::Amax => (ReduceOp::Max, dims_arg("dim")?),
         Op::Amin => (ReduceOp::Min, dims_arg("dim")?),
+        Op::Any => (ReduceOp::Any, (0..rank).collect()),
+        Op::AnyDim | Op::AnyDims => (ReduceOp::Any, dims_arg("dim")?),
         Op::VarCorrection => (
             ReduceOp::Var {
                 correction: scalar("correction").unwrap_or(1.0),

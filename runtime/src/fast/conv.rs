@@ -4,11 +4,14 @@
 //! `cout/groups x (cin/groups * KH * KW)` weights and `cols` the im2col matrix of the input.
 //! The output positions are cut into column tiles of a size that depends on the shape only;
 //! each tile's im2col slice is built in a per-worker scratch buffer small enough to stay in L2,
-//! multiplied by the [`gemm`] crate straight into the output, and gets its bias while hot. A
+//! multiplied by the packed GEMM ([`super::sgemm`]) straight into the output, and gets its bias
+//! and the caller's epilogue while hot. A
 //! 1x1 stride-1 unpadded convolution reads the input directly (no im2col). Convolutions with
 //! one input channel per group (depthwise) use a direct kernel instead. No reduction is split,
 //! so results are bitwise the same for any thread count.
 
+use super::gemm::Tile;
+use super::sgemm::{self, Mat, Problem};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -246,6 +249,7 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The output's base pointer, shared by the workers that write disjoint parts of it.
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
 unsafe impl Send for SendPtr {}
@@ -260,8 +264,9 @@ impl SendPtr {
 
 /// The convolution `out = conv(x, w) + bias`.
 ///
-/// `epilogue(image_index, out_image)` is called once per output image (out_image = Cout*OH*OW
-/// contiguous) when complete, from the worker that completed it.
+/// `epilogue(tile)` is called on each finished tile of the output, viewed as the matrix
+/// `[n * cout, oh * ow]` (bias applied), from the worker that computed it while the tile is in
+/// cache; the tiles cover the output exactly once.
 ///
 /// # Panics
 /// If [`ConvSpec::validate`] fails for these buffers: callers validate first.
@@ -271,7 +276,7 @@ pub fn conv2d(
     w: &[f32],
     bias: Option<&[f32]>,
     out: &mut [f32],
-    epilogue: &(dyn Fn(usize, &mut [f32]) + Sync),
+    epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
     if let Err(e) = spec.validate(x.len(), w.len(), bias.map(|b| b.len()), out.len()) {
         panic!("invalid convolution: {e}");
@@ -280,23 +285,28 @@ pub fn conv2d(
         return;
     }
     let img_in = spec.cin * spec.h * spec.w;
-    let img_out = spec.cout * spec.oh * spec.ow;
     let cin_g = spec.cin / spec.groups;
-    out.par_chunks_mut(img_out)
-        .enumerate()
-        .for_each(|(i, oimg)| {
-            let ximg = &x[i * img_in..(i + 1) * img_in];
-            if cin_g == 1 {
-                depthwise_image(spec, ximg, w, bias, oimg);
-            } else {
-                gemm_image(spec, ximg, w, bias, oimg);
-            }
-            epilogue(i, oimg);
-        });
+    let optr = SendPtr(out.as_mut_ptr());
+    (0..spec.n).into_par_iter().for_each(|i| {
+        let ximg = &x[i * img_in..(i + 1) * img_in];
+        if cin_g == 1 {
+            depthwise_image(spec, i, ximg, w, bias, optr, epilogue);
+        } else {
+            gemm_image(spec, i, ximg, w, bias, optr, epilogue);
+        }
+    });
 }
 
-/// One image by im2col tiles and GEMM.
-fn gemm_image(spec: &ConvSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+/// Image `img` by im2col tiles and GEMM; `out` is the whole output.
+fn gemm_image(
+    spec: &ConvSpec,
+    img: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: SendPtr,
+    epilogue: &(dyn Fn(&mut Tile) + Sync),
+) {
     let g = spec.groups;
     let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
     let kdim = cin_g * spec.kh * spec.kw;
@@ -304,79 +314,62 @@ fn gemm_image(spec: &ConvSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: 
     let hw = spec.h * spec.w;
     let tile = spec.tile_cols();
     let tiles = p.div_ceil(tile);
-    let optr = SendPtr(out.as_mut_ptr());
     let pointwise = spec.is_pointwise();
-    // Few jobs in all (e.g. one image of a late, small-spatial layer): let the GEMM crate split
-    // each product over the pool as well. It splits rows and columns, never `k`, so the bits
-    // stay independent of the thread count; the scratch is then not thread-local (a worker
-    // waiting inside the GEMM may start another tile).
+    // Few jobs in all (e.g. one image of a late, small-spatial layer): split each product over
+    // the pool as well (the GEMM never splits `k`, so the bits stay the same).
     let inner = spec.n * g * tiles < 4;
-    let par = if inner {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
-    };
     (0..g * tiles).into_par_iter().for_each(|job| {
         let (grp, t) = (job / tiles, job % tiles);
         let p0 = t * tile;
         let nt = tile.min(p - p0);
         let wg = &w[grp * cout_g * kdim..(grp + 1) * cout_g * kdim];
         let xg = &x[grp * cin_g * hw..(grp + 1) * cin_g * hw];
-        // SAFETY: the tile writes rows `grp*cout_g..(grp+1)*cout_g`, columns `p0..p0+nt` of
-        // this image's `cout x p` output; jobs own disjoint (group, tile) rectangles.
-        let dst = unsafe { optr.get().add(grp * cout_g * p + p0) };
-        let run = |b: &[f32], b_rs: usize| unsafe {
-            // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`; `wg` is
-            // `cout_g x kdim`; `dst` as above.
-            gemm::gemm(
+        let row0 = img * spec.cout + grp * cout_g;
+        // SAFETY: the job writes rows `row0..row0+cout_g`, columns `p0..p0+nt` of the output
+        // viewed as `[n * cout, p]`; jobs own disjoint (image, group, tile) rectangles.
+        let dst = unsafe { out.get().add(row0 * p + p0) };
+        let run = |b: &[f32], b_rs: usize| {
+            let prob = Problem::new(
                 cout_g,
                 nt,
                 kdim,
+                Mat::new(wg.as_ptr(), kdim as isize, 1),
+                Mat::new(b.as_ptr(), b_rs as isize, 1),
                 dst,
-                1,
-                p as isize,
-                false,
-                wg.as_ptr(),
-                1,
-                kdim as isize,
-                b.as_ptr(),
-                1,
-                b_rs as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
+                p,
             );
+            // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`; `wg` is
+            // `cout_g x kdim`; `dst` as above, disjoint from both.
+            unsafe {
+                if inner {
+                    sgemm::gemm(&[prob], &|_, _, _| {});
+                } else {
+                    sgemm::gemm_serial(&prob);
+                }
+            }
         };
         if pointwise {
             run(&xg[p0..], hw);
-        } else if inner {
-            let mut cols = vec![0.0; kdim * nt];
-            im2col(spec, xg, cin_g, p0, nt, &mut cols);
-            run(&cols, nt);
         } else {
-            SCRATCH.with(|s| {
-                let mut s = s.borrow_mut();
-                if s.len() < kdim * nt {
-                    s.resize(kdim * nt, 0.0);
-                }
-                let cols = &mut s[..kdim * nt];
-                im2col(spec, xg, cin_g, p0, nt, cols);
-                run(cols, nt);
-            });
+            let mut cols = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+            if cols.len() < kdim * nt {
+                cols.resize(kdim * nt, 0.0);
+            }
+            im2col(spec, xg, cin_g, p0, nt, &mut cols[..kdim * nt]);
+            run(&cols[..kdim * nt], nt);
+            SCRATCH.with(|s| *s.borrow_mut() = cols);
         }
+        // SAFETY: this job's rectangle, as above.
+        let mut tile = unsafe { Tile::new(out.get(), p, row0..row0 + cout_g, p0..p0 + nt) };
         if let Some(b) = bias {
             for co in 0..cout_g {
                 let bv = b[grp * cout_g + co];
-                // SAFETY: row `co` of this job's rectangle.
-                let row = unsafe { std::slice::from_raw_parts_mut(dst.add(co * p), nt) };
-                for v in row {
+                for v in tile.row(row0 + co) {
                     *v += bv;
                 }
             }
         }
+        epilogue(&mut tile);
     });
 }
 
@@ -447,65 +440,77 @@ fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, cols:
 
 /// One image of a convolution with one input channel per group, directly: output channel
 /// `oc` reads input channel `oc / (cout / groups)`.
-fn depthwise_image(spec: &ConvSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+fn depthwise_image(
+    spec: &ConvSpec,
+    img: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: SendPtr,
+    epilogue: &(dyn Fn(&mut Tile) + Sync),
+) {
     let (h, wd, oh, ow) = (spec.h, spec.w, spec.oh, spec.ow);
     let (kh, kw) = (spec.kh, spec.kw);
     let cout_g = spec.cout / spec.groups;
     let [sh, sw] = spec.stride;
     let [ph, pw] = spec.padding;
     let [dh, dw] = spec.dilation;
-    out.par_chunks_mut(oh * ow)
-        .enumerate()
-        .for_each(|(oc, oplane)| {
-            let ci = oc / cout_g;
-            let plane = &x[ci * h * wd..(ci + 1) * h * wd];
-            let wk = &w[oc * kh * kw..(oc + 1) * kh * kw];
-            let b0 = bias.map_or(0.0, |b| b[oc]);
-            // Valid output column range per kx.
-            let ranges: Vec<(usize, usize, isize)> = (0..kw)
-                .map(|kx| {
-                    let off = (kx * dw) as isize - pw as isize;
-                    let lo = if off >= 0 {
-                        0
-                    } else {
-                        ((-off) as usize).div_ceil(sw)
-                    };
-                    let hi = if (wd as isize) <= off {
-                        0
-                    } else {
-                        ((wd as isize - off) as usize).div_ceil(sw)
-                    };
-                    (lo.min(ow), hi.min(ow), off)
-                })
-                .collect();
-            for (oy, orow) in oplane.chunks_exact_mut(ow).enumerate() {
-                orow.fill(b0);
-                for ky in 0..kh {
-                    let iy = (oy * sh + ky * dh) as isize - ph as isize;
-                    if iy < 0 || iy >= h as isize {
+    let p = oh * ow;
+    (0..spec.cout).into_par_iter().for_each(|oc| {
+        let row = img * spec.cout + oc;
+        // SAFETY: plane `oc` of image `img`, written by this task alone.
+        let mut tile = unsafe { Tile::new(out.get(), p, row..row + 1, 0..p) };
+        let oplane = tile.row(row);
+        let ci = oc / cout_g;
+        let plane = &x[ci * h * wd..(ci + 1) * h * wd];
+        let wk = &w[oc * kh * kw..(oc + 1) * kh * kw];
+        let b0 = bias.map_or(0.0, |b| b[oc]);
+        // Valid output column range per kx.
+        let ranges: Vec<(usize, usize, isize)> = (0..kw)
+            .map(|kx| {
+                let off = (kx * dw) as isize - pw as isize;
+                let lo = if off >= 0 {
+                    0
+                } else {
+                    ((-off) as usize).div_ceil(sw)
+                };
+                let hi = if (wd as isize) <= off {
+                    0
+                } else {
+                    ((wd as isize - off) as usize).div_ceil(sw)
+                };
+                (lo.min(ow), hi.min(ow), off)
+            })
+            .collect();
+        for (oy, orow) in oplane.chunks_exact_mut(ow).enumerate() {
+            orow.fill(b0);
+            for ky in 0..kh {
+                let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                let xrow = &plane[iy as usize * wd..(iy as usize + 1) * wd];
+                for (kx, &(lo, hi, off)) in ranges.iter().enumerate() {
+                    if lo >= hi {
                         continue;
                     }
-                    let xrow = &plane[iy as usize * wd..(iy as usize + 1) * wd];
-                    for (kx, &(lo, hi, off)) in ranges.iter().enumerate() {
-                        if lo >= hi {
-                            continue;
+                    let wv = wk[ky * kw + kx];
+                    let ix0 = (lo as isize * sw as isize + off) as usize;
+                    let o = &mut orow[lo..hi];
+                    if sw == 1 {
+                        for (d, &s) in o.iter_mut().zip(&xrow[ix0..ix0 + (hi - lo)]) {
+                            *d += wv * s;
                         }
-                        let wv = wk[ky * kw + kx];
-                        let ix0 = (lo as isize * sw as isize + off) as usize;
-                        let o = &mut orow[lo..hi];
-                        if sw == 1 {
-                            for (d, &s) in o.iter_mut().zip(&xrow[ix0..ix0 + (hi - lo)]) {
-                                *d += wv * s;
-                            }
-                        } else {
-                            for (j, d) in o.iter_mut().enumerate() {
-                                *d += wv * xrow[ix0 + j * sw];
-                            }
+                    } else {
+                        for (j, d) in o.iter_mut().enumerate() {
+                            *d += wv * xrow[ix0 + j * sw];
                         }
                     }
                 }
             }
-        });
+        }
+        epilogue(&mut tile);
+    });
 }
 
 #[cfg(test)]

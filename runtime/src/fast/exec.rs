@@ -1,8 +1,10 @@
 //! The executor: runs a program's steps on a thread pool, with buffers from the memory plan.
 
 use super::artifact::Artifact;
+use super::expr::Expr;
+use super::gemm::Tile;
 use super::memory::{ElemKind, Loc, MemoryPlan};
-use super::program::{Kernel, Program, Step, TensorSpec};
+use super::program::{Epilogue, Kernel, Program, Step, TensorSpec};
 use super::{Dst, Src};
 use crate::interp::{self, Data, Tensor};
 use crate::RuntimeError;
@@ -132,7 +134,13 @@ pub struct Executor {
     threads: usize,
     consts: Vec<Option<Buf>>,
     fallbacks: Vec<Option<Model>>,
+    /// Right operands of matmul steps packed when the executor was made (constant weights).
+    prepacked: Vec<Option<super::sgemm::PackedB>>,
     arena: Mutex<Vec<Buf>>,
+    /// Whether steps are timed.
+    profiling: std::sync::atomic::AtomicBool,
+    /// Per-step wall time in seconds, summed over the runs since profiling was turned on.
+    step_secs: Mutex<Vec<f64>>,
 }
 
 /// Settings of an executor.
@@ -233,6 +241,18 @@ impl Executor {
                 }
             });
         }
+        // Constant right operands of matmuls, packed once for the micro-kernel.
+        let prepacked = p
+            .steps
+            .iter()
+            .map(|s| match (&s.kernel, s.srcs.get(1)) {
+                (Kernel::Matmul { spec, .. }, Some(&b)) => match &consts[b as usize] {
+                    Some(Buf::F32(w)) => super::gemm::prepack_b(spec, w),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
         let threads = opts.threads.unwrap_or_else(default_threads).max(1);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -246,8 +266,26 @@ impl Executor {
             threads,
             consts,
             fallbacks,
+            prepacked,
             arena: Mutex::new(arena),
+            profiling: Default::default(),
+            step_secs: Mutex::new(vec![]),
         })
+    }
+
+    /// Turns per-step timing on (off by default: it adds a clock read per step).
+    pub fn enable_profiling(&self) {
+        if let Ok(mut v) = self.step_secs.lock() {
+            *v = vec![0.0; self.program().steps.len()];
+        }
+        self.profiling
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Seconds spent in each step, summed over the runs since profiling was turned on (empty
+    /// when it is off).
+    pub fn step_seconds(&self) -> Vec<f64> {
+        self.step_secs.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
     /// The artifact.
@@ -462,7 +500,16 @@ impl Executor {
                         .ok_or_else(|| step_err(i, step, "reads a value not computed yet"))?;
                     srcs.push(view);
                 }
+                let timed = self.profiling.load(std::sync::atomic::Ordering::Relaxed);
+                let t0 = std::time::Instant::now();
                 self.run_step(i, step, &srcs, &mut dst_bufs)?;
+                if timed {
+                    if let Ok(mut v) = self.step_secs.lock() {
+                        if let Some(t) = v.get_mut(i) {
+                            *t += t0.elapsed().as_secs_f64();
+                        }
+                    }
+                }
             }
             // Put the destinations back.
             for (&v, d) in step.dsts.iter().zip(dst_bufs) {
@@ -570,7 +617,8 @@ impl Executor {
                             .ok_or_else(|| step_err(i, step, "a result is not f32, i64 or bool"))
                     })
                     .collect::<Result<_, _>>()?;
-                run_kernel(kernel, &srcs, &mut ds).map_err(|e| step_err(i, step, e))
+                let packed = self.prepacked.get(i).and_then(Option::as_ref);
+                run_kernel(kernel, &srcs, &mut ds, packed).map_err(|e| step_err(i, step, e))
             }
         }
     }
@@ -636,8 +684,12 @@ fn i64_src<'a>(s: &[Src<'a>], k: usize) -> Result<&'a [i64], String> {
 }
 
 /// Runs one fast kernel. Sizes were validated when the executor was made.
-fn run_kernel(k: &Kernel, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> Result<(), String> {
-    let no_epilogue = |_: usize, _: usize, _: &mut [f32]| {};
+fn run_kernel(
+    k: &Kernel,
+    srcs: &[Src<'_>],
+    dsts: &mut [Dst<'_>],
+    packed: Option<&super::sgemm::PackedB>,
+) -> Result<(), String> {
     match (k, dsts) {
         (Kernel::Elementwise(e), dsts) => {
             e.validate(srcs)?;
@@ -652,32 +704,37 @@ fn run_kernel(k: &Kernel, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> Result<(), 
             Ok(())
         }
         (Kernel::RowReduce(r), dsts) => super::reduce::run_row_reduce(r, srcs, dsts),
-        (Kernel::Matmul(spec), [Dst::F32(c)]) => {
+        (Kernel::Matmul { spec, epilogue }, [Dst::F32(c), outs @ ..]) => {
             let bias = if spec.bias.is_some() {
                 Some(f32_src(srcs, 2)?)
             } else {
                 None
             };
-            super::gemm::matmul(
+            let epi = FusedEpilogue::new(epilogue.as_deref(), srcs, outs, c.len())?;
+            super::gemm::matmul_prepacked(
                 spec,
                 f32_src(srcs, 0)?,
                 f32_src(srcs, 1)?,
+                packed,
                 bias,
                 c,
-                &no_epilogue,
+                &|t| epi.tile(t),
             );
             Ok(())
         }
-        (Kernel::Conv { spec, bias }, [Dst::F32(out)]) => {
-            let b = if *bias { Some(f32_src(srcs, 2)?) } else { None };
-            super::conv::conv2d(
+        (
+            Kernel::Conv {
                 spec,
-                f32_src(srcs, 0)?,
-                f32_src(srcs, 1)?,
-                b,
-                out,
-                &|_, _| {},
-            );
+                bias,
+                epilogue,
+            },
+            [Dst::F32(out), outs @ ..],
+        ) => {
+            let b = if *bias { Some(f32_src(srcs, 2)?) } else { None };
+            let epi = FusedEpilogue::new(epilogue.as_deref(), srcs, outs, out.len())?;
+            super::conv::conv2d(spec, f32_src(srcs, 0)?, f32_src(srcs, 1)?, b, out, &|t| {
+                epi.tile(t)
+            });
             Ok(())
         }
         (Kernel::Pool(spec), [Dst::F32(out)]) => {
@@ -721,35 +778,35 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
             )
         }
         Kernel::RowReduce(r) => r.check_structure(n_src),
-        Kernel::Matmul(m) => {
+        Kernel::Matmul { spec: m, epilogue } => {
+            let n_op = 2 + m.bias.is_some() as usize;
+            check_epilogue(p, s, n_op, epilogue.as_deref())?;
             want(
-                n_src == 2 + m.bias.is_some() as usize && n_dst == 1,
-                "matmul operand count",
-            )?;
-            want(
-                all_f32(&s.srcs) && all_f32(&s.dsts),
+                all_f32(&s.srcs[..n_op.min(n_src)]) && all_f32(&s.dsts),
                 "matmul operands must be f32",
             )?;
             m.validate(
                 len(s.srcs.first()).unwrap_or(0),
                 len(s.srcs.get(1)).unwrap_or(0),
-                len(s.srcs.get(2)),
+                m.bias.and(len(s.srcs.get(2))),
                 len(s.dsts.first()).unwrap_or(0),
             )
         }
-        Kernel::Conv { spec: c, bias } => {
+        Kernel::Conv {
+            spec: c,
+            bias,
+            epilogue,
+        } => {
+            let n_op = 2 + *bias as usize;
+            check_epilogue(p, s, n_op, epilogue.as_deref())?;
             want(
-                n_src == 2 + *bias as usize && n_dst == 1,
-                "conv operand count",
-            )?;
-            want(
-                all_f32(&s.srcs) && all_f32(&s.dsts),
+                all_f32(&s.srcs[..n_op.min(n_src)]) && all_f32(&s.dsts),
                 "conv operands must be f32",
             )?;
             c.validate(
                 len(s.srcs.first()).unwrap_or(0),
                 len(s.srcs.get(1)).unwrap_or(0),
-                len(s.srcs.get(2)),
+                if *bias { len(s.srcs.get(2)) } else { None },
                 len(s.dsts.first()).unwrap_or(0),
             )
         }
@@ -784,6 +841,118 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
                 len(s.srcs.get(1)).unwrap_or(0),
                 len(s.dsts.first()).unwrap_or(0),
             )
+        }
+    }
+}
+
+/// Checks the operand and result counts of a matmul or convolution step (`n_op` operands of
+/// its own) and its fused epilogue, if any, against the step's values.
+fn check_epilogue(
+    p: &Program,
+    s: &Step,
+    n_op: usize,
+    epilogue: Option<&Epilogue>,
+) -> Result<(), String> {
+    let (n_src, n_dst) = (s.srcs.len(), s.dsts.len());
+    let Some(e) = epilogue.map(|e| &e.expr) else {
+        return if n_src == n_op && n_dst == 1 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} step takes {n_op} operands and 1 result, it has {n_src} and {n_dst}",
+                s.kernel.kind()
+            ))
+        };
+    };
+    e.validate_program()?;
+    if n_src < n_op || n_dst != 1 + e.num_outputs() {
+        return Err("epilogue operand or result count".into());
+    }
+    let numel = |v: u32| p.values[v as usize].numel();
+    let product = numel(s.dsts[0]);
+    if e.numel() != product || s.dsts.iter().any(|&v| numel(v) != product) {
+        return Err("the epilogue does not iterate over the product".into());
+    }
+    if e.slots().iter().any(|&(slot, _)| slot as usize > n_src) {
+        return Err("the epilogue reads a missing operand".into());
+    }
+    if !e.reads_slot_elementwise(n_src as u32) {
+        return Err("the epilogue reads the product other than elementwise".into());
+    }
+    Ok(())
+}
+
+/// A fused epilogue during one run: evaluates the expression on each finished tile of the
+/// product and writes the tile's part of every epilogue output.
+struct FusedEpilogue<'a> {
+    expr: Option<&'a Expr>,
+    srcs: &'a [Src<'a>],
+    outs: Vec<OutPtr>,
+}
+
+/// An epilogue output buffer, written tile by tile by several workers.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each worker writes only the elements of the tiles it owns.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl<'a> FusedEpilogue<'a> {
+    fn new(
+        epilogue: Option<&'a Epilogue>,
+        srcs: &'a [Src<'a>],
+        outs: &mut [Dst<'_>],
+        product: usize,
+    ) -> Result<FusedEpilogue<'a>, String> {
+        let Some(e) = epilogue.map(|e| &e.expr) else {
+            return Ok(FusedEpilogue {
+                expr: None,
+                srcs,
+                outs: vec![],
+            });
+        };
+        // The step's own operands are checked here; the product slot is the tile itself.
+        e.validate_operands(srcs, srcs.len())?;
+        if e.numel() != product || !e.reads_slot_elementwise(srcs.len() as u32) {
+            return Err("the epilogue does not fit the product".into());
+        }
+        let mut ptrs = Vec::with_capacity(outs.len());
+        for d in outs.iter_mut() {
+            match d {
+                Dst::F32(o) if o.len() == product => ptrs.push(OutPtr(o.as_mut_ptr())),
+                _ => return Err("epilogue results must be f32 of the product's size".into()),
+            }
+        }
+        if ptrs.len() != e.num_outputs() {
+            return Err("epilogue result count".into());
+        }
+        Ok(FusedEpilogue {
+            expr: Some(e),
+            srcs,
+            outs: ptrs,
+        })
+    }
+
+    fn tile(&self, t: &mut Tile) {
+        let Some(e) = self.expr else { return };
+        let (n, c0, w) = (t.n, t.cols.start, t.cols.len());
+        let mut shift = vec![0i64; self.srcs.len() + 1];
+        for r in t.rows.clone() {
+            let start = r * n + c0;
+            shift[self.srcs.len()] = start as i64;
+            let seg: &[f32] = t.row(r);
+            let mut ext = Vec::with_capacity(self.srcs.len() + 1);
+            ext.extend_from_slice(self.srcs);
+            ext.push(Src::F32(seg));
+            // SAFETY: the tile's elements of each output belong to this call alone (the
+            // kernels hand out every tile once), and `new` checked each output has `product`
+            // elements.
+            let mut os: Vec<&mut [f32]> = self
+                .outs
+                .iter()
+                .map(|o| unsafe { std::slice::from_raw_parts_mut(o.0.add(start), w) })
+                .collect();
+            e.eval_range_shifted(&ext, &shift, start, start + w, &mut os);
         }
     }
 }

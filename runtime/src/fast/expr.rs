@@ -12,10 +12,12 @@
 //!
 //! Programs are built with [`ExprBuilder`] (constant folding, common-subexpression merging, dead
 //! code removal and register allocation by liveness happen in [`ExprBuilder::finish`]).
-//! On x86-64 with AVX2 the block loops run in an AVX2-compiled copy of the evaluator; the math
-//! never uses FMA, so both copies give bitwise-identical results.
+//! On x86-64 the block loops run in an AVX-512- or AVX2-compiled copy of the evaluator, picked
+//! at run time; the math never uses FMA (and Rust never contracts `a * b + c` into one), so
+//! every copy gives bitwise-identical results.
 
 use super::math;
+use super::simd;
 use super::Src;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -188,19 +190,56 @@ pub enum InstOp {
     /// Loads leaf `i` for the block.
     Load(u32),
     /// A constant.
-    Const(f32),
+    Const(#[serde(with = "json_f32")] f32),
     /// `op(a)`.
     Un(UnOp, u32),
     /// `op(a, b)`.
     Bin(BinOp, u32, u32),
     /// `op(a, c)` with a constant right operand.
-    BinC(BinOp, u32, f32),
+    BinC(BinOp, u32, #[serde(with = "json_f32")] f32),
     /// `op(c, b)` with a constant left operand.
-    CBin(BinOp, f32, u32),
+    CBin(BinOp, #[serde(with = "json_f32")] f32, u32),
     /// `if c != 0 { a } else { b }`.
     Select(u32, u32, u32),
     /// `a^n` for an integer `n` (repeated squaring).
     PowI(u32, i32),
+}
+
+/// `f32` constants in JSON: finite values as numbers, `inf`, `-inf` and `nan` as strings
+/// (JSON has no such numbers; masks use `-inf`).
+mod json_f32 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f32(*v)
+        } else if v.is_nan() {
+            s.serialize_str("nan")
+        } else if *v > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Num(f32),
+        Str(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Num(v) => Ok(v),
+            Repr::Str(s) => match s.as_str() {
+                "nan" => Ok(f32::NAN),
+                "inf" => Ok(f32::INFINITY),
+                "-inf" => Ok(f32::NEG_INFINITY),
+                _ => Err(serde::de::Error::custom(format!("bad f32 constant '{s}'"))),
+            },
+        }
+    }
 }
 
 impl InstOp {
@@ -540,6 +579,55 @@ impl Expr {
         v
     }
 
+    /// `Some((slot, offset))` when the expression is one output that is operand `slot` (f32)
+    /// read contiguously from `offset` (flat index `i` at address `offset + i`), so a caller
+    /// can read the operand in place instead of evaluating the expression.
+    pub fn as_contiguous_load(&self) -> Option<(u32, usize)> {
+        let [Inst {
+            dst,
+            op: InstOp::Load(l),
+        }] = self.insts.as_slice()
+        else {
+            return None;
+        };
+        if self.outputs.as_slice() != [*dst] {
+            return None;
+        }
+        let leaf = self.leaves.get(*l as usize)?;
+        let LeafSrc::Slot {
+            slot,
+            kind: LeafKind::F32,
+        } = leaf.src
+        else {
+            return None;
+        };
+        (leaf.offset >= 0 && self.row_major(&leaf.strides)).then_some((slot, leaf.offset as usize))
+    }
+
+    /// Whether `strides` are the row-major strides of [`Expr::dims`] (unit dims aside).
+    fn row_major(&self, strides: &[i64]) -> bool {
+        let mut want = 1i64;
+        for (&n, &s) in self.dims.iter().zip(strides).rev() {
+            if n != 1 && s != want {
+                return false;
+            }
+            want = want.saturating_mul(n as i64);
+        }
+        strides.len() == self.dims.len()
+    }
+
+    /// Whether every leaf of operand slot `slot` reads it at the flat index being computed
+    /// (offset 0, row-major strides over [`Expr::dims`]), so that the slot can be a window of
+    /// the buffer holding just the indices evaluated (a tile of a matmul's product).
+    pub fn reads_slot_elementwise(&self, slot: u32) -> bool {
+        self.leaves.iter().all(|l| match l.src {
+            LeafSrc::Slot { slot: s, kind } if s == slot => {
+                kind == LeafKind::F32 && l.offset == 0 && self.row_major(&l.strides)
+            }
+            _ => true,
+        })
+    }
+
     /// Checks the program itself: dimensions, register numbering and def-before-use.
     pub fn validate_program(&self) -> Result<(), String> {
         let n = self
@@ -709,6 +797,11 @@ impl Expr {
     ) {
         #[cfg(target_arch = "x86_64")]
         {
+            if simd::has_avx512() {
+                // SAFETY: the CPU supports AVX-512F/BW/DQ/VL (checked just above).
+                unsafe { self.eval_blocks_avx512(plan, srcs, start, end, outs, regs) };
+                return;
+            }
             if std::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU supports AVX2 (checked just above).
                 unsafe { self.eval_blocks_avx2(plan, srcs, start, end, outs, regs) };
@@ -716,6 +809,20 @@ impl Expr {
             }
         }
         self.eval_blocks_generic(plan, srcs, start, end, outs, regs);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+    unsafe fn eval_blocks_avx512(
+        &self,
+        plan: &Plan,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+    ) {
+        self.eval_blocks_generic(plan, srcs, start, end, outs, regs)
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -1,15 +1,13 @@
 //! Dense `f32` matrix products (`mm`, `bmm`, `addmm`) over strided operands.
 //!
-//! The product itself is computed by the [`gemm`](https://crates.io/crates/gemm) crate (packed
-//! panels, AVX2/FMA or AVX-512 micro-kernels chosen at run time), which measured faster than
-//! `matrixmultiply` on this project's machines and runs on rayon, so it honors the thread pool
-//! the executor installs. This module adds the grid: `C` is cut into blocks of whole rows per
-//! batch entry, with a block size that depends on the problem shape only, so the result is
-//! bitwise the same for any thread count (no split of `k`). Each block gets its bias and then
-//! the caller's epilogue while it is still in cache.
+//! This module maps a [`MatmulSpec`] (batch, strided operands, bias, scale) onto the packed
+//! GEMM of [`super::sgemm`], which runs on the executor's rayon pool and never splits `k`, so
+//! results are bitwise the same for any thread count. Each finished tile of `C` gets its scale
+//! and bias and then the caller's epilogue while it is still in cache.
 
-use rayon::prelude::*;
+use super::sgemm::{self, Mat, PackedB, Problem};
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// A strided view of a batch of matrices inside a flat buffer: element `(b, i, j)` is at
 /// `offset + b * batch_stride + i * row_stride + j * col_stride`. Strides may be zero
@@ -183,18 +181,59 @@ impl MatmulSpec {
     }
 }
 
-/// Raw pointers sent across rayon workers; every access goes through bounds that
-/// [`MatmulSpec::validate`] established.
-#[derive(Clone, Copy)]
-struct SendPtr(*const f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+/// A finished tile of a result handed to an epilogue: rows `rows` and columns `cols` of the
+/// result viewed as a row-major matrix of rows of `n` elements (a matmul's `[batch, m, n]` as
+/// `[batch * m, n]`; a convolution's `[n, cout, oh, ow]` as `[n * cout, oh * ow]`), complete
+/// (bias and scale applied) and owned by this call alone. The flat index of element `(r, c)`
+/// is `r * n + c`.
+pub struct Tile {
+    /// Rows of `C` viewed as `[batch * m, n]`.
+    pub rows: Range<usize>,
+    /// Columns.
+    pub cols: Range<usize>,
+    /// Row length of `C`.
+    pub n: usize,
+    c: *mut f32,
+}
 
-/// `C = alpha * A @ B (+ beta * bias)` over the spec's grid.
+impl Tile {
+    /// A tile of the row-major matrix at `c` with rows of `n` elements.
+    ///
+    /// # Safety
+    /// The tile must lie inside the matrix, and nothing else may access it while the tile is
+    /// alive.
+    pub(crate) unsafe fn new(
+        c: *mut f32,
+        n: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) -> Tile {
+        Tile { rows, cols, n, c }
+    }
+
+    /// Row `r` of the tile (`r` in [`Tile::rows`]), restricted to [`Tile::cols`].
+    ///
+    /// # Panics
+    /// If `r` is outside the tile.
+    pub fn row(&mut self, r: usize) -> &mut [f32] {
+        assert!(self.rows.contains(&r), "row {r} is outside the tile");
+        // SAFETY: `matmul` hands each tile of C to one call only, and the tile lies inside C.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.c.add(r * self.n + self.cols.start),
+                self.cols.len(),
+            )
+        }
+    }
+}
+
+/// `C = alpha * A @ B (+ beta * bias)` on the packed GEMM of [`super::sgemm`].
 ///
-/// C is contiguous [batch, m, n]. After each block of rows of C is complete (bias applied),
-/// `epilogue(batch_index, row0, c_rows)` is called on that block (c_rows = rows row0.. of that
-/// batch, contiguous, len = rows*n) while it is hot in cache, from the worker that computed it.
+/// C is contiguous `[batch, m, n]`. A batch whose right operand is shared (`b.batch_stride ==
+/// 0`, as in a linear layer over a `[batch, seq, features]` input) is one product of
+/// `batch * m` rows, even when `A`'s rows are not evenly strided across the batch. After each
+/// tile of C is complete (bias applied), `epilogue(tile)` is called on it while it is hot in
+/// cache, from the worker that computed it; the tiles cover C exactly once.
 ///
 /// # Panics
 /// If [`MatmulSpec::validate`] fails for these buffers: callers validate first.
@@ -204,122 +243,176 @@ pub fn matmul(
     b: &[f32],
     bias: Option<&[f32]>,
     c: &mut [f32],
-    epilogue: &(dyn Fn(usize, usize, &mut [f32]) + Sync),
+    epilogue: &(dyn Fn(&mut Tile) + Sync),
+) {
+    matmul_prepacked(spec, a, b, None, bias, c, epilogue)
+}
+
+/// Packs the right operand of `spec` ahead of time (a constant weight), when every batch
+/// entry reads the same one. `b` must pass [`MatmulSpec::validate`] for this spec.
+pub fn prepack_b(spec: &MatmulSpec, b: &[f32]) -> Option<PackedB> {
+    if spec.batch > 1 && spec.b.batch_stride != 0 {
+        return None;
+    }
+    let nonempty = spec.k > 0 && spec.n > 0;
+    if !nonempty || spec.b.max_index(1, spec.k, spec.n).ok()?? >= b.len() {
+        return None;
+    }
+    let m = Mat::new(
+        b.as_ptr().wrapping_add(spec.b.offset),
+        spec.b.row_stride as isize,
+        spec.b.col_stride as isize,
+    );
+    // SAFETY: the view's last index is inside `b` (checked above).
+    Some(unsafe { PackedB::new(&m, spec.k, spec.n) })
+}
+
+/// [`matmul`] with the right operand packed by [`prepack_b`] (then `b` is not read).
+///
+/// # Panics
+/// If [`MatmulSpec::validate`] fails for these buffers, or `packed` is not `b` packed for
+/// this spec's shape.
+pub fn matmul_prepacked(
+    spec: &MatmulSpec,
+    a: &[f32],
+    b: &[f32],
+    packed: Option<&PackedB>,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
     if let Err(e) = spec.validate(a.len(), b.len(), bias.map(|x| x.len()), c.len()) {
         panic!("invalid matmul: {e}");
+    }
+    if let Some(pk) = packed {
+        assert!(
+            pk.k == spec.k && pk.n == spec.n && (spec.batch == 1 || spec.b.batch_stride == 0),
+            "prepacked operand does not fit the matmul"
+        );
     }
     let (m, n, k) = (spec.m, spec.n, spec.k);
     if c.is_empty() {
         return;
     }
-    let rows = spec.block_rows();
-    let blocks = spec.batch * m.div_ceil(rows);
-    // Large matrices in few batches: one GEMM call per batch entry over all rows, split over
-    // the pool by the GEMM crate (which packs each panel of B once for all threads; measured
-    // 5-10% faster than row blocks at 1024^3-4096^3), then bias and epilogue per row block
-    // (such a C is far larger than L2, so no block would have been hot anyway).
-    let whole = spec.batch < 4 && blocks > 1 && m * n * 4 > WHOLE_MIN_BYTES;
-    // Few blocks: let the GEMM crate split each one over the pool too. It splits rows and
-    // columns, never `k`, so the bits do not depend on the thread count either; the choice
-    // between these paths depends on the shape only.
-    let inner = if whole || blocks < 4 {
-        gemm::Parallelism::Rayon(0)
+    let cptr = c.as_mut_ptr();
+    // Batch entry `bi` of an operand (pointers only: an entry that reads nothing, k == 0, may
+    // lie past the buffer's end).
+    let mat = |base: &[f32], op: &Operand, bi: usize| -> Mat {
+        Mat::new(
+            base.as_ptr()
+                .wrapping_add(op.offset + bi.wrapping_mul(op.batch_stride)),
+            op.row_stride as isize,
+            op.col_stride as isize,
+        )
+    };
+    let bias_shared = spec
+        .bias
+        .is_none_or(|o| o.batch_stride == 0 || spec.beta == 0.0);
+    let merged = spec.batch > 1 && spec.b.batch_stride == 0 && bias_shared;
+    let problems: Vec<Problem> = if merged || spec.batch == 1 {
+        let mut am = mat(a, &spec.a, 0);
+        if merged {
+            am.group = m;
+            am.group_stride = spec.a.batch_stride as isize;
+        }
+        vec![Problem::new(
+            spec.batch * m,
+            n,
+            k,
+            am,
+            mat(b, &spec.b, 0),
+            cptr,
+            n,
+        )]
     } else {
-        gemm::Parallelism::None
+        (0..spec.batch)
+            .map(|bi| {
+                Problem::new(
+                    m,
+                    n,
+                    k,
+                    mat(a, &spec.a, bi),
+                    mat(b, &spec.b, bi),
+                    cptr.wrapping_add(bi * m * n),
+                    n,
+                )
+            })
+            .collect()
     };
-    let (pa, pb) = (SendPtr(a.as_ptr()), SendPtr(b.as_ptr()));
+    let mut problems = problems;
+    if let Some(pk) = packed {
+        for p in &mut problems {
+            p.packed_b = pk.as_ptr();
+        }
+    }
+    let single = problems.len() == 1;
     let bias = bias.map(|x| (spec.bias.expect("validated"), x));
-    // The product of rows `row0..` of batch entry `bi` into `cr` (whole rows).
-    let product = |bi: usize, row0: usize, cr: &mut [f32]| {
-        let nrows = cr.len() / n;
-        if k == 0 {
-            cr.fill(0.0);
-            return;
-        }
-        let (pa, pb) = (pa, pb);
-        let a0 = spec.a.offset + bi * spec.a.batch_stride + row0 * spec.a.row_stride;
-        let b0 = spec.b.offset + bi * spec.b.batch_stride;
-        // SAFETY: `validate` checked that every `(i, l)` of A with `i < m, l < k` and every
-        // `(l, j)` of B with `l < k, j < n` is in bounds, and `cr` is exactly `nrows x n`
-        // contiguous.
-        unsafe {
-            gemm::gemm(
-                nrows,
-                n,
-                k,
-                cr.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                pa.0.add(a0),
-                spec.a.col_stride as isize,
-                spec.a.row_stride as isize,
-                pb.0.add(b0),
-                spec.b.col_stride as isize,
-                spec.b.row_stride as isize,
-                0.0,
-                spec.alpha,
-                false,
-                false,
-                false,
-                inner,
-            );
-        }
-    };
-    let finish = |bi: usize, row0: usize, cr: &mut [f32]| {
-        if let Some((op, bv)) = bias {
-            if spec.beta != 0.0 {
-                add_bias(cr, n, bi, row0, &op, bv, spec.beta);
+    let cp = SendPtr(cptr);
+    let finish = |index: usize, rows: Range<usize>, cols: Range<usize>| {
+        // Global rows of C viewed as [batch * m, n].
+        let base = if single { 0 } else { index * m };
+        let rows = base + rows.start..base + rows.end;
+        // SAFETY: the GEMM hands each tile of C to one `finish` call.
+        let mut tile = unsafe { Tile::new(cp.get(), n, rows.clone(), cols.clone()) };
+        for r in rows {
+            let (bi, i) = (r / m, r % m);
+            let seg = tile.row(r);
+            if spec.alpha != 1.0 {
+                seg.iter_mut().for_each(|v| *v *= spec.alpha);
+            }
+            if let Some((op, bv)) = bias {
+                if spec.beta != 0.0 {
+                    add_bias(seg, bi, i, cols.start, &op, bv, spec.beta);
+                }
             }
         }
-        epilogue(bi, row0, cr);
+        epilogue(&mut tile);
     };
-    c.par_chunks_mut(m * n).enumerate().for_each(|(bi, cb)| {
-        if whole {
-            product(bi, 0, cb);
-        }
-        cb.par_chunks_mut(rows * n)
-            .enumerate()
-            .for_each(|(blk, cr)| {
-                if !whole {
-                    product(bi, blk * rows, cr);
-                }
-                finish(bi, blk * rows, cr);
-            });
-    });
+    // SAFETY: `validate` checked that every element of A and B the problems read is inside
+    // `a` and `b`, and C (`batch * m * n`, the problems' disjoint row blocks) is `c`, borrowed
+    // mutably for the whole call and distinct from `a` and `b`.
+    unsafe { sgemm::gemm(&problems, &finish) };
 }
 
-/// Above this size of one `m x n` result (bytes), few-batch products run as one GEMM call.
-const WHOLE_MIN_BYTES: usize = 1 << 20;
+/// A raw pointer to C, shared by the workers that own disjoint tiles of it.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: workers only touch their own tiles (see `matmul`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
 
-/// `c[i, j] += beta * bias[bi, row0 + i, j]` for the rows of one block.
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// `seg[j] += beta * bias[bi, i, j0 + j]` for one row segment of C.
 fn add_bias(
-    c: &mut [f32],
-    n: usize,
+    seg: &mut [f32],
     bi: usize,
-    row0: usize,
+    i: usize,
+    j0: usize,
     op: &Operand,
     bias: &[f32],
     beta: f32,
 ) {
-    for (i, row) in c.chunks_exact_mut(n).enumerate() {
-        let base = op.offset + bi * op.batch_stride + (row0 + i) * op.row_stride;
-        if op.col_stride == 1 {
-            let src = &bias[base..base + n];
-            if beta == 1.0 {
-                for (o, &s) in row.iter_mut().zip(src) {
-                    *o += s;
-                }
-            } else {
-                for (o, &s) in row.iter_mut().zip(src) {
-                    *o += beta * s;
-                }
+    let base = op.offset + bi * op.batch_stride + i * op.row_stride + j0 * op.col_stride;
+    if op.col_stride == 1 {
+        let src = &bias[base..base + seg.len()];
+        if beta == 1.0 {
+            for (o, &s) in seg.iter_mut().zip(src) {
+                *o += s;
             }
         } else {
-            for (j, o) in row.iter_mut().enumerate() {
-                *o += beta * bias[base + j * op.col_stride];
+            for (o, &s) in seg.iter_mut().zip(src) {
+                *o += beta * s;
             }
+        }
+    } else {
+        for (j, o) in seg.iter_mut().enumerate() {
+            *o += beta * bias[base + j * op.col_stride];
         }
     }
 }

@@ -11,6 +11,8 @@ pub mod gemm;
 pub mod math;
 pub mod pool;
 pub mod reduce;
+pub mod sgemm;
+pub mod simd;
 
 /// A read-only operand of a kernel: a contiguous row-major buffer of one of the element types
 /// the fast kernels work on.

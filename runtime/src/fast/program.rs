@@ -118,14 +118,25 @@ pub enum Kernel {
     /// A row reduction (softmax, layer norm, sum/mean/max/var, ...) with its prologue and
     /// epilogue: sources are its operand slots, destinations the fusion kernel's outputs.
     RowReduce(Box<super::reduce::RowReduce>),
-    /// `mm`/`bmm`/`addmm`: sources `a`, `b` and, with a bias, `bias`; destination `C`.
-    Matmul(super::gemm::MatmulSpec),
-    /// 2-D convolution: sources `x`, `w` and, when `bias`, the bias; destination the output.
+    /// `mm`/`bmm`/`addmm`: sources `a`, `b` and, with a bias, `bias` (then the epilogue's
+    /// operands); destinations `C` (then the epilogue's outputs).
+    Matmul {
+        /// The product.
+        spec: super::gemm::MatmulSpec,
+        /// An elementwise epilogue run on each tile of `C` while it is hot: see [`Epilogue`].
+        #[serde(default)]
+        epilogue: Option<Box<Epilogue>>,
+    },
+    /// 2-D convolution: sources `x`, `w` and, when `bias`, the bias (then the epilogue's
+    /// operands); destinations the output (then the epilogue's outputs).
     Conv {
         /// Geometry.
         spec: super::conv::ConvSpec,
         /// Whether a third source is the bias.
         bias: bool,
+        /// An elementwise epilogue run on each tile of the output while it is hot.
+        #[serde(default)]
+        epilogue: Option<Box<Epilogue>>,
     },
     /// Pooling: source `x`; destinations the output and, for max pooling with indices, the
     /// indices.
@@ -141,12 +152,22 @@ impl Kernel {
             Kernel::Fallback { .. } => "fallback",
             Kernel::Elementwise(_) => "elementwise",
             Kernel::RowReduce(_) => "reduction",
-            Kernel::Matmul(_) => "matmul",
+            Kernel::Matmul { .. } => "matmul",
             Kernel::Conv { .. } => "conv",
             Kernel::Pool(_) => "pool",
             Kernel::Gather(_) => "gather",
         }
     }
+}
+
+/// An elementwise expression fused after a matmul or convolution (bias, activation, residual
+/// add, ...). It iterates over the product's own flat index space and reads the step's sources
+/// as operand slots `0..n`, the product as slot `n` (only at the element being computed, so
+/// that it can run tile by tile), and writes the step's destinations after the product.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Epilogue {
+    /// The expression.
+    pub expr: super::expr::Expr,
 }
 
 /// A compiled program.

@@ -9,7 +9,7 @@
 //! reads the scratch buffers as extra operand slots (see [`RowOut`]).
 //!
 //! Row blocks run in parallel (rayon); a block is a fixed number of whole rows and every sum in
-//! a row is accumulated in `f64` over 8 lanes in a fixed order, so results are bitwise the same
+//! a row is accumulated in `f64` over 16 lanes in a fixed order, so results are bitwise the same
 //! for any thread count and match the `f64` reference interpreter to well within `1e-6`.
 
 use super::expr::{run_elementwise, Expr, LeafSrc};
@@ -41,6 +41,8 @@ pub enum ReduceOp {
     Softmax,
     /// Log-softmax of the row.
     LogSoftmax,
+    /// Logical or of `x != 0` over the row (NaN is true); the result is a bool (`0`/`1`).
+    Any,
     /// Layer norm: result 0 `(x - mean) * rstd * weight + bias` (full row), result 1 the mean,
     /// result 2 `1 / sqrt(var + eps)` with the biased variance (one per row each).
     LayerNorm {
@@ -303,25 +305,45 @@ enum Chunk<'a> {
     B(&'a mut [bool]),
 }
 
+/// Lanes of the row sums: two AVX-512 registers of `f64`, so the additions of consecutive
+/// elements are independent (the sum order is fixed: lane by lane, then a fixed tree).
+const LANES: usize = 16;
+
+/// The fixed tree that adds the lanes.
+#[inline(always)]
+fn tree(acc: &[f64; LANES]) -> f64 {
+    let mut v = *acc;
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            v[i] += v[i + w];
+        }
+    }
+    v[0]
+}
+
+#[inline(always)]
 fn sum_f64(x: &[f32]) -> f64 {
-    let mut acc = [0f64; 8];
-    let mut it = x.chunks_exact(8);
+    let mut acc = [0f64; LANES];
+    let mut it = x.chunks_exact(LANES);
     for c in &mut it {
-        for k in 0..8 {
+        for k in 0..LANES {
             acc[k] += c[k] as f64;
         }
     }
     for (k, &v) in it.remainder().iter().enumerate() {
         acc[k] += v as f64;
     }
-    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    tree(&acc)
 }
 
+#[inline(always)]
 fn sq_dev_f64(x: &[f32], m: f64) -> f64 {
-    let mut acc = [0f64; 8];
-    let mut it = x.chunks_exact(8);
+    let mut acc = [0f64; LANES];
+    let mut it = x.chunks_exact(LANES);
     for c in &mut it {
-        for k in 0..8 {
+        for k in 0..LANES {
             let d = c[k] as f64 - m;
             acc[k] += d * d;
         }
@@ -330,14 +352,15 @@ fn sq_dev_f64(x: &[f32], m: f64) -> f64 {
         let d = v as f64 - m;
         acc[k] += d * d;
     }
-    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    tree(&acc)
 }
 
+#[inline(always)]
 fn fold_f32(x: &[f32], f: fn(f32, f32) -> f32) -> f32 {
-    let mut acc = [x.first().copied().unwrap_or(0.0); 8];
-    let mut it = x.chunks_exact(8);
+    let mut acc = [x.first().copied().unwrap_or(0.0); 16];
+    let mut it = x.chunks_exact(16);
     for c in &mut it {
-        for k in 0..8 {
+        for k in 0..LANES {
             acc[k] = f(acc[k], c[k]);
         }
     }
@@ -359,14 +382,22 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
     }
     for (j, d) in dsts.iter().enumerate() {
         let want = k.out_len(j);
+        // Results of `any` are bools; every other result is f32; epilogues write either.
+        let is_result = matches!(k.outputs[j], RowOut::Result(_));
+        let bool_result = k.op == ReduceOp::Any;
         let (len, ok) = match d {
-            Dst::F32(b) => (b.len(), true),
-            Dst::Bool(b) => (b.len(), !matches!(k.outputs[j], RowOut::Result(_))),
+            Dst::F32(b) => (b.len(), !(is_result && bool_result)),
+            Dst::Bool(b) => (b.len(), !is_result || bool_result),
             Dst::I64(b) => (b.len(), false),
         };
         if !ok || len != want {
+            let ty = if is_result && bool_result {
+                "bool"
+            } else {
+                "f32"
+            };
             return Err(format!(
-                "output {j}: the buffer has {len} elements of the wrong type or count (expected {want} f32)"
+                "output {j}: the buffer has {len} elements of the wrong type or count (expected {want} {ty})"
             ));
         }
     }
@@ -430,6 +461,8 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
     Ok(())
 }
 
+/// [`run_block_body`] in the best compiled copy for this CPU (the copies give the same bits:
+/// no FMA contraction happens in any of them).
 fn run_block(
     k: &RowReduce,
     srcs: &[Src<'_>],
@@ -439,13 +472,95 @@ fn run_block(
     r1: usize,
     outs: &mut [Option<Chunk<'_>>],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::simd::has_avx512() {
+            // SAFETY: the CPU has these features (checked just above).
+            unsafe { run_block_avx512(k, srcs, weight, bias, r0, r1, outs) };
+            return;
+        }
+        if super::simd::has_avx2() {
+            // SAFETY: as above.
+            unsafe { run_block_avx2(k, srcs, weight, bias, r0, r1, outs) };
+            return;
+        }
+    }
+    run_block_body(k, srcs, weight, bias, r0, r1, outs)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+unsafe fn run_block_avx512(
+    k: &RowReduce,
+    srcs: &[Src<'_>],
+    weight: Option<&[f32]>,
+    bias: Option<&[f32]>,
+    r0: usize,
+    r1: usize,
+    outs: &mut [Option<Chunk<'_>>],
+) {
+    run_block_body(k, srcs, weight, bias, r0, r1, outs)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_block_avx2(
+    k: &RowReduce,
+    srcs: &[Src<'_>],
+    weight: Option<&[f32]>,
+    bias: Option<&[f32]>,
+    r0: usize,
+    r1: usize,
+    outs: &mut [Option<Chunk<'_>>],
+) {
+    run_block_body(k, srcs, weight, bias, r0, r1, outs)
+}
+
+#[inline(always)]
+fn run_block_body(
+    k: &RowReduce,
+    srcs: &[Src<'_>],
+    weight: Option<&[f32]>,
+    bias: Option<&[f32]>,
+    r0: usize,
+    r1: usize,
+    outs: &mut [Option<Chunk<'_>>],
+) {
     let (len, nb) = (k.len, r1 - r0);
-    let mut xin = vec![0f32; nb * len];
-    k.prologue
-        .eval_range(srcs, r0 * len, r1 * len, &mut [&mut xin]);
     let per0 = k.op.result_per_row(0, len).unwrap_or(1);
-    let mut res0 = vec![0f32; nb * per0];
-    let (mut res1, mut res2) = (vec![], vec![]);
+    let mut scratch = ROWS.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    // The input rows: read in place when the prologue is a plain contiguous load.
+    let direct = k.prologue.as_contiguous_load().and_then(|(slot, off)| {
+        let (s0, s1) = (off + r0 * len, off + r1 * len);
+        match srcs.get(slot as usize) {
+            Some(Src::F32(v)) if s1 <= v.len() => Some(&v[s0..s1]),
+            _ => None,
+        }
+    });
+    let xin: &[f32] = match direct {
+        Some(x) => x,
+        None => {
+            scratch.x.resize(nb * len, 0.0);
+            k.prologue
+                .eval_range(srcs, r0 * len, r1 * len, &mut [&mut scratch.x[..nb * len]]);
+            &scratch.x[..nb * len]
+        }
+    };
+    // Result 0: computed straight into the output that returns it, where there is one.
+    let into = k.outputs.iter().zip(outs.iter()).position(|(o, c)| {
+        matches!(o, RowOut::Result(0)) && matches!(c, Some(Chunk::F(d)) if d.len() == nb * per0)
+    });
+    let mut taken = into.and_then(|j| outs[j].take());
+    let res0: &mut [f32] = match &mut taken {
+        Some(Chunk::F(d)) => d,
+        _ => {
+            scratch.r0.resize(nb * per0, 0.0);
+            &mut scratch.r0[..nb * per0]
+        }
+    };
+    let (res1, res2) = (&mut scratch.r1, &mut scratch.r2);
+    res1.clear();
+    res2.clear();
     let lf = len as f64;
     for r in 0..nb {
         let x = &xin[r * len..(r + 1) * len];
@@ -454,6 +569,13 @@ fn run_block(
             ReduceOp::Mean => res0[r] = (sum_f64(x) / lf) as f32,
             ReduceOp::Max => res0[r] = fold_f32(x, math::max_nan),
             ReduceOp::Min => res0[r] = fold_f32(x, math::min_nan),
+            ReduceOp::Any => {
+                res0[r] = if x.iter().any(|&v| v != 0.0) {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
             ReduceOp::Var { correction } => {
                 let m = sum_f64(x) / lf;
                 res0[r] = (sq_dev_f64(x, m) / (lf - correction).max(0.0)) as f32;
@@ -481,17 +603,27 @@ fn run_block(
                 let rstd = 1.0 / (var + eps).sqrt();
                 let (mf, rf) = (m as f32, rstd as f32);
                 let out = &mut res0[r * len..(r + 1) * len];
-                for (o, &v) in out.iter_mut().zip(x) {
-                    *o = (v - mf) * rf;
-                }
-                if let Some(w) = weight {
-                    for (o, &g) in out.iter_mut().zip(w) {
-                        *o *= g;
+                // One pass, in the op order `((x - mean) * rstd) * weight + bias`.
+                match (weight, bias) {
+                    (Some(w), Some(b)) => {
+                        for ((o, &v), (&g, &c)) in out.iter_mut().zip(x).zip(w.iter().zip(b)) {
+                            *o = (v - mf) * rf * g + c;
+                        }
                     }
-                }
-                if let Some(b) = bias {
-                    for (o, &g) in out.iter_mut().zip(b) {
-                        *o += g;
+                    (Some(w), None) => {
+                        for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+                            *o = (v - mf) * rf * g;
+                        }
+                    }
+                    (None, Some(b)) => {
+                        for ((o, &v), &c) in out.iter_mut().zip(x).zip(b) {
+                            *o = (v - mf) * rf + c;
+                        }
+                    }
+                    (None, None) => {
+                        for (o, &v) in out.iter_mut().zip(x) {
+                            *o = (v - mf) * rf;
+                        }
                     }
                 }
                 res1.push(mf);
@@ -499,11 +631,11 @@ fn run_block(
             }
         }
     }
-    let results: [&[f32]; 3] = [&res0, &res1, &res2];
+    let results: [&[f32]; 3] = [res0, res1, res2];
     let ns = srcs.len();
     let mut ext: Vec<Src<'_>> = srcs.to_vec();
     let mut shift = vec![0i64; ns];
-    ext.push(Src::F32(&xin));
+    ext.push(Src::F32(xin));
     shift.push((r0 * len) as i64);
     for (r, v) in results.iter().enumerate().take(k.op.num_results()) {
         ext.push(Src::F32(v));
@@ -515,8 +647,13 @@ fn run_block(
         match o {
             RowOut::Result(r) => {
                 let v = results[*r as usize];
-                if let Chunk::F(d) = chunk {
-                    d.copy_from_slice(&v[..d.len()]);
+                match chunk {
+                    Chunk::F(d) => d.copy_from_slice(&v[..d.len()]),
+                    Chunk::B(d) => {
+                        for (o, &x) in d.iter_mut().zip(v) {
+                            *o = x != 0.0;
+                        }
+                    }
                 }
             }
             RowOut::Rows { expr } => {
@@ -536,4 +673,21 @@ fn run_block(
             RowOut::Whole { .. } => {}
         }
     }
+    if let (Some(j), Some(c)) = (into, taken) {
+        outs[j] = Some(c);
+    }
+    ROWS.with(|c| *c.borrow_mut() = scratch);
+}
+
+/// Per-thread buffers of a row block: input rows, results 0, 1 and 2.
+#[derive(Default)]
+struct RowScratch {
+    x: Vec<f32>,
+    r0: Vec<f32>,
+    r1: Vec<f32>,
+    r2: Vec<f32>,
+}
+
+thread_local! {
+    static ROWS: std::cell::RefCell<RowScratch> = std::cell::RefCell::new(RowScratch::default());
 }

@@ -1,0 +1,934 @@
+//! A packed, register-blocked `f32` GEMM in the BLIS style: `C = A @ B` for strided `A` and
+//! `B` and a row-major `C`.
+//!
+//! `B` is packed into panels of [`Arch::nr`] columns and `A` into panels of [`Arch::mr`] rows,
+//! [`KC`] elements of `k` deep, and a micro-kernel keeps an `mr x nr` tile of `C` in registers
+//! while it walks `k` (AVX-512: 12 x 32 with 24 accumulators; AVX2/FMA: 6 x 16; other CPUs: a
+//! portable 4 x 8). Every element of `C` is the same sequence of fused multiply-adds for any
+//! tiling and thread count (`k` is never split between threads, and [`KC`] is a constant), so
+//! results are bitwise the same on 1 or 64 threads.
+//!
+//! Work is cut two ways. A few large products share each packed panel of `B` between all
+//! threads, which then compute row blocks of `C` against it; many small products (the heads
+//! of an attention) run one per task, each packing privately. After the last panel of `k`, a
+//! tile of `C` is handed to the caller's `finish` callback while it is still in cache (bias,
+//! fused epilogue).
+
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::ops::Range;
+
+/// Depth of a packed panel (elements of `k`).
+pub const KC: usize = 256;
+/// Largest width of a shared packed panel of `B` (columns): `KC * NC * 4` bytes stay in L3.
+const NC: usize = 4096;
+
+/// A strided matrix inside a buffer. Row `r` starts at `ptr + (r / group) * group_stride + (r
+/// % group) * rs`: rows may come in groups (a batch of matrices that share the other operand,
+/// or a view whose rows are two dimensions), and element `(r, c)` is `cs` further per column.
+#[derive(Clone, Copy, Debug)]
+pub struct Mat {
+    /// Element `(0, 0)`.
+    pub ptr: *const f32,
+    /// Distance between consecutive rows of a group.
+    pub rs: isize,
+    /// Distance between consecutive columns.
+    pub cs: isize,
+    /// Rows per group (`usize::MAX`: one group).
+    pub group: usize,
+    /// Distance between consecutive groups.
+    pub group_stride: isize,
+}
+
+// SAFETY: a `Mat` is a read-only view; the callers of `gemm` guarantee the memory outlives the
+// call and is not written during it.
+unsafe impl Send for Mat {}
+unsafe impl Sync for Mat {}
+
+impl Mat {
+    /// A plain strided matrix.
+    pub fn new(ptr: *const f32, rs: isize, cs: isize) -> Mat {
+        Mat {
+            ptr,
+            rs,
+            cs,
+            group: usize::MAX,
+            group_stride: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn row(&self, r: usize) -> *const f32 {
+        let (g, i) = if self.group == usize::MAX {
+            (0, r)
+        } else {
+            (r / self.group, r % self.group)
+        };
+        self.ptr
+            .wrapping_offset(g as isize * self.group_stride + i as isize * self.rs)
+    }
+}
+
+/// One product `C[m x n] = A[m x k] @ B[k x n]`, `C` row-major with row stride `ldc`.
+#[derive(Clone, Copy, Debug)]
+pub struct Problem {
+    /// Rows of `A` and `C`.
+    pub m: usize,
+    /// Columns of `B` and `C`.
+    pub n: usize,
+    /// Columns of `A`, rows of `B`.
+    pub k: usize,
+    /// The left operand.
+    pub a: Mat,
+    /// The right operand.
+    pub b: Mat,
+    /// Element `(0, 0)` of `C`.
+    pub c: *mut f32,
+    /// Row stride of `C`.
+    pub ldc: usize,
+    /// `B` already packed by [`PackedB`] for this CPU (then `b` is not read), or null.
+    pub packed_b: *const f32,
+}
+
+impl Problem {
+    /// A product of strided operands (nothing pre-packed).
+    pub fn new(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, ldc: usize) -> Problem {
+        Problem {
+            m,
+            n,
+            k,
+            a,
+            b,
+            c,
+            ldc,
+            packed_b: std::ptr::null(),
+        }
+    }
+}
+
+/// A right operand packed once for all the products that read it (a constant weight), in the
+/// layout the micro-kernel reads: for each block of [`KC`] rows of `k`, in order, panels of
+/// [`Arch::nr`] columns (the last zero-padded), each `kc x nr` row-major.
+pub struct PackedB {
+    data: Vec<f32>,
+    off: usize,
+    /// Rows (`k`).
+    pub k: usize,
+    /// Columns (`n`).
+    pub n: usize,
+}
+
+impl PackedB {
+    /// Packs the `k x n` matrix `b`.
+    ///
+    /// # Safety
+    /// Every element of `b` must be readable.
+    pub unsafe fn new(b: &Mat, k: usize, n: usize) -> PackedB {
+        let nr = arch().nr;
+        let np = n.next_multiple_of(nr);
+        let len = k * np;
+        let mut data = vec![0f32; len + 16];
+        let off = data.as_ptr().align_offset(64).min(15);
+        let dst = &mut data[off..off + len];
+        for p0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - p0);
+            pack_b(b, p0, kc, 0, n, nr, &mut dst[p0 * np..(p0 + kc) * np]);
+        }
+        PackedB { data, off, k, n }
+    }
+
+    /// The packed values.
+    pub fn as_ptr(&self) -> *const f32 {
+        self.data[self.off..].as_ptr()
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+}
+
+// SAFETY: the callers of `gemm` guarantee that the problems' `C` regions are disjoint and that
+// nothing else touches them during the call.
+unsafe impl Send for Problem {}
+unsafe impl Sync for Problem {}
+
+/// A micro-kernel: `C[mr x nr] (+)= Apanel @ Bpanel` over `kc`, storing only the first `m`
+/// rows and `n` columns.
+type MicroKernel = unsafe fn(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    m: usize,
+    n: usize,
+);
+
+/// The micro-kernel in use and its tile.
+#[derive(Clone, Copy)]
+pub struct Arch {
+    /// Rows of the register tile.
+    pub mr: usize,
+    /// Columns of the register tile.
+    pub nr: usize,
+    kernel: MicroKernel,
+    /// A short name (`avx512`, `avx2`, `portable`).
+    pub name: &'static str,
+}
+
+/// The best micro-kernel this CPU runs (detected once).
+pub fn arch() -> Arch {
+    static ARCH: std::sync::OnceLock<Arch> = std::sync::OnceLock::new();
+    *ARCH.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+                return Arch {
+                    mr: 12,
+                    nr: 32,
+                    kernel: x86::kernel_12x32,
+                    name: "avx512",
+                };
+            }
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return Arch {
+                    mr: 6,
+                    nr: 16,
+                    kernel: x86::kernel_6x16,
+                    name: "avx2",
+                };
+            }
+        }
+        Arch {
+            mr: 4,
+            nr: 8,
+            kernel: kernel_portable,
+            name: "portable",
+        }
+    })
+}
+
+/// The portable 4 x 8 micro-kernel (`mul_add`, so its sums equal the SIMD kernels').
+#[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
+unsafe fn kernel_portable(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    m: usize,
+    n: usize,
+) {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    let mut acc = [[0f32; NR]; MR];
+    for l in 0..kc {
+        for (i, row) in acc.iter_mut().enumerate() {
+            let x = *a.add(l * MR + i);
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = x.mul_add(*b.add(l * NR + j), *v);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate().take(m) {
+        for (j, &v) in row.iter().enumerate().take(n) {
+            let p = c.add(i * ldc + j);
+            *p = if accumulate { *p + v } else { v };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// 12 x 32 with AVX-512: 24 `zmm` accumulators, two vector loads of `B` and twelve
+    /// broadcasts of `A` per step of `k`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
+    pub(super) unsafe fn kernel_12x32(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+        m: usize,
+        n: usize,
+    ) {
+        let mut acc = [_mm512_setzero_ps(); 24];
+        let (mut ap, mut bp) = (a, b);
+        for _ in 0..kc {
+            let b0 = _mm512_loadu_ps(bp);
+            let b1 = _mm512_loadu_ps(bp.add(16));
+            macro_rules! row {
+                ($($i:literal)*) => {$(
+                    let x = _mm512_set1_ps(*ap.add($i));
+                    acc[2 * $i] = _mm512_fmadd_ps(x, b0, acc[2 * $i]);
+                    acc[2 * $i + 1] = _mm512_fmadd_ps(x, b1, acc[2 * $i + 1]);
+                )*};
+            }
+            row!(0 1 2 3 4 5 6 7 8 9 10 11);
+            ap = ap.add(12);
+            bp = bp.add(32);
+        }
+        if m == 12 && n == 32 {
+            for i in 0..12 {
+                let p = c.add(i * ldc);
+                let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                if accumulate {
+                    v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+                    v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+                }
+                _mm512_storeu_ps(p, v0);
+                _mm512_storeu_ps(p.add(16), v1);
+            }
+            return;
+        }
+        let mask = |w: usize| -> __mmask16 {
+            if w >= 16 {
+                0xffff
+            } else {
+                ((1u32 << w) - 1) as __mmask16
+            }
+        };
+        let (k0, k1) = (mask(n), mask(n.saturating_sub(16)));
+        for i in 0..m.min(12) {
+            let p = c.add(i * ldc);
+            let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+            if accumulate {
+                v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, p), v0);
+                if k1 != 0 {
+                    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, p.add(16)), v1);
+                }
+            }
+            _mm512_mask_storeu_ps(p, k0, v0);
+            if k1 != 0 {
+                _mm512_mask_storeu_ps(p.add(16), k1, v1);
+            }
+        }
+    }
+
+    /// Packs 16 columns of a column-contiguous `B` (column `j` is `kc` floats at `src + j *
+    /// cs`) into `panel` at column offset `jbase` (row stride `nr`), through 16 x 16 register
+    /// transposes.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pack_cols16(
+        src: *const f32,
+        cs: isize,
+        kc: usize,
+        nr: usize,
+        panel: *mut f32,
+        jbase: usize,
+    ) {
+        let mut l0 = 0;
+        while l0 + 16 <= kc {
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (j, v) in r.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(src.offset(j as isize * cs).add(l0));
+            }
+            let t = transpose16(r);
+            for (ll, v) in t.iter().enumerate() {
+                _mm512_storeu_ps(panel.add((l0 + ll) * nr + jbase), *v);
+            }
+            l0 += 16;
+        }
+        for l in l0..kc {
+            for j in 0..16 {
+                *panel.add(l * nr + jbase + j) = *src.offset(j as isize * cs).add(l);
+            }
+        }
+    }
+
+    /// The transpose of a 16 x 16 block held as 16 rows.
+    #[inline(always)]
+    unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        let mut u = [_mm512_setzero_ps(); 16];
+        for i in 0..4 {
+            let b = 4 * i;
+            u[b] = _mm512_shuffle_ps::<0x44>(t[b], t[b + 2]);
+            u[b + 1] = _mm512_shuffle_ps::<0xEE>(t[b], t[b + 2]);
+            u[b + 2] = _mm512_shuffle_ps::<0x44>(t[b + 1], t[b + 3]);
+            u[b + 3] = _mm512_shuffle_ps::<0xEE>(t[b + 1], t[b + 3]);
+        }
+        for h in 0..2 {
+            let b = 8 * h;
+            for i in 0..4 {
+                t[b + i] = _mm512_shuffle_f32x4::<0x88>(u[b + i], u[b + 4 + i]);
+                t[b + 4 + i] = _mm512_shuffle_f32x4::<0xDD>(u[b + i], u[b + 4 + i]);
+            }
+        }
+        for i in 0..8 {
+            u[i] = _mm512_shuffle_f32x4::<0x88>(t[i], t[8 + i]);
+            u[8 + i] = _mm512_shuffle_f32x4::<0xDD>(t[i], t[8 + i]);
+        }
+        u
+    }
+
+    /// 6 x 16 with AVX2 and FMA: 12 `ymm` accumulators.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
+    pub(super) unsafe fn kernel_6x16(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+        m: usize,
+        n: usize,
+    ) {
+        let mut acc = [_mm256_setzero_ps(); 12];
+        let (mut ap, mut bp) = (a, b);
+        for _ in 0..kc {
+            let b0 = _mm256_loadu_ps(bp);
+            let b1 = _mm256_loadu_ps(bp.add(8));
+            macro_rules! row {
+                ($($i:literal)*) => {$(
+                    let x = _mm256_set1_ps(*ap.add($i));
+                    acc[2 * $i] = _mm256_fmadd_ps(x, b0, acc[2 * $i]);
+                    acc[2 * $i + 1] = _mm256_fmadd_ps(x, b1, acc[2 * $i + 1]);
+                )*};
+            }
+            row!(0 1 2 3 4 5);
+            ap = ap.add(6);
+            bp = bp.add(16);
+        }
+        if m == 6 && n == 16 {
+            for i in 0..6 {
+                let p = c.add(i * ldc);
+                let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                if accumulate {
+                    v0 = _mm256_add_ps(_mm256_loadu_ps(p), v0);
+                    v1 = _mm256_add_ps(_mm256_loadu_ps(p.add(8)), v1);
+                }
+                _mm256_storeu_ps(p, v0);
+                _mm256_storeu_ps(p.add(8), v1);
+            }
+            return;
+        }
+        let mut tile = [0f32; 16];
+        for i in 0..m.min(6) {
+            _mm256_storeu_ps(tile.as_mut_ptr(), acc[2 * i]);
+            _mm256_storeu_ps(tile.as_mut_ptr().add(8), acc[2 * i + 1]);
+            let p = c.add(i * ldc);
+            for (j, &v) in tile.iter().enumerate().take(n) {
+                *p.add(j) = if accumulate { *p.add(j) + v } else { v };
+            }
+        }
+    }
+}
+
+/// Per-thread packing buffers, reused across calls.
+struct Scratch {
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { a: Vec::new(), b: Vec::new() }) };
+}
+
+/// A 64-byte aligned window of `len` floats inside `v` (grown as needed).
+fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len + 16 {
+        v.resize(len + 16, 0.0);
+    }
+    let off = v.as_ptr().align_offset(64).min(15);
+    &mut v[off..off + len]
+}
+
+/// Packs rows `r0..r0+mc`, columns `p0..p0+kc` of `a` into panels of `mr` rows: panel `q`
+/// holds, for each `l`, the `mr` values of column `p0 + l` (rows past `mc` are zero).
+unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+    for (q, panel) in dst.chunks_mut(mr * kc).enumerate().take(mc.div_ceil(mr)) {
+        let rows = mr.min(mc - q * mr);
+        for i in 0..mr {
+            if i >= rows {
+                for l in 0..kc {
+                    panel[l * mr + i] = 0.0;
+                }
+                continue;
+            }
+            let src = a.row(r0 + q * mr + i).wrapping_offset(p0 as isize * a.cs);
+            if a.cs == 1 {
+                let s = std::slice::from_raw_parts(src, kc);
+                for (l, &v) in s.iter().enumerate() {
+                    panel[l * mr + i] = v;
+                }
+            } else {
+                for l in 0..kc {
+                    panel[l * mr + i] = *src.offset(l as isize * a.cs);
+                }
+            }
+        }
+    }
+}
+
+/// Packs rows `p0..p0+kc`, columns `c0..c0+nc` of `b` into panels of `nr` columns: panel `q`
+/// holds, for each `l`, the `nr` values of row `p0 + l` (columns past `nc` are zero).
+unsafe fn pack_b(b: &Mat, p0: usize, kc: usize, c0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
+    for (q, panel) in dst.chunks_mut(nr * kc).enumerate().take(nc.div_ceil(nr)) {
+        pack_b_panel(b, p0, kc, c0 + q * nr, nr.min(nc - q * nr), nr, panel);
+    }
+}
+
+/// One panel of [`pack_b`]: columns `j0..j0+cols` (`cols <= nr`).
+unsafe fn pack_b_panel(
+    b: &Mat,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    cols: usize,
+    nr: usize,
+    panel: &mut [f32],
+) {
+    if b.cs == 1 {
+        for l in 0..kc {
+            let src = b.row(p0 + l).add(j0);
+            let d = &mut panel[l * nr..(l + 1) * nr];
+            d[..cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
+            d[cols..].fill(0.0);
+        }
+    } else if b.group == usize::MAX {
+        // Column-major-like B (a transposed weight): read each column along `k`, 16 columns at
+        // a time through register transposes where AVX-512 is there.
+        let mut j_done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if b.rs == 1 && arch().name == "avx512" {
+            while j_done + 16 <= cols {
+                let src = b
+                    .ptr
+                    .wrapping_offset(p0 as isize + (j0 + j_done) as isize * b.cs);
+                x86::pack_cols16(src, b.cs, kc, nr, panel.as_mut_ptr(), j_done);
+                j_done += 16;
+            }
+        }
+        for j in j_done..nr {
+            if j >= cols {
+                for l in 0..kc {
+                    panel[l * nr + j] = 0.0;
+                }
+                continue;
+            }
+            let src = b
+                .ptr
+                .wrapping_offset(p0 as isize * b.rs + (j0 + j) as isize * b.cs);
+            if b.rs == 1 {
+                let s = std::slice::from_raw_parts(src, kc);
+                for (l, &v) in s.iter().enumerate() {
+                    panel[l * nr + j] = v;
+                }
+            } else {
+                for l in 0..kc {
+                    panel[l * nr + j] = *src.offset(l as isize * b.rs);
+                }
+            }
+        }
+    } else {
+        for l in 0..kc {
+            let src = b.row(p0 + l);
+            for j in 0..nr {
+                panel[l * nr + j] = if j < cols {
+                    *src.offset((j0 + j) as isize * b.cs)
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+}
+
+/// The micro-tiles of one block: `C[r0.., c0..]` (`mc x nc`) `(+)=` packed A (`mc` rows) @
+/// packed B (`nc` columns), `kc` deep.
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    arch: &Arch,
+    p: &Problem,
+    pa: &[f32],
+    pb: &[f32],
+    r0: usize,
+    mc: usize,
+    c0: usize,
+    nc: usize,
+    kc: usize,
+    accumulate: bool,
+) {
+    let (mr, nr) = (arch.mr, arch.nr);
+    for (qi, apanel) in pa.chunks(mr * kc).enumerate().take(mc.div_ceil(mr)) {
+        let rows = mr.min(mc - qi * mr);
+        for (qj, bpanel) in pb.chunks(nr * kc).enumerate().take(nc.div_ceil(nr)) {
+            let cols = nr.min(nc - qj * nr);
+            let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
+            (arch.kernel)(
+                kc,
+                apanel.as_ptr(),
+                bpanel.as_ptr(),
+                c,
+                p.ldc,
+                accumulate,
+                rows,
+                cols,
+            );
+        }
+    }
+}
+
+/// [`block`] with the loops swapped: each micro-panel of B (streamed once from memory) meets
+/// every micro-panel of A (which stay in L2).
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_b_outer(
+    arch: &Arch,
+    p: &Problem,
+    pa: &[f32],
+    pb: &[f32],
+    r0: usize,
+    mc: usize,
+    c0: usize,
+    nc: usize,
+    kc: usize,
+    accumulate: bool,
+) {
+    let (mr, nr) = (arch.mr, arch.nr);
+    for (qj, bpanel) in pb.chunks(nr * kc).enumerate().take(nc.div_ceil(nr)) {
+        let cols = nr.min(nc - qj * nr);
+        for (qi, apanel) in pa.chunks(mr * kc).enumerate().take(mc.div_ceil(mr)) {
+            let rows = mr.min(mc - qi * mr);
+            let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
+            (arch.kernel)(
+                kc,
+                apanel.as_ptr(),
+                bpanel.as_ptr(),
+                c,
+                p.ldc,
+                accumulate,
+                rows,
+                cols,
+            );
+        }
+    }
+}
+
+/// A finished tile of problem `index`: rows and columns of its `C`.
+pub type Finish<'a> = dyn Fn(usize, Range<usize>, Range<usize>) + Sync + 'a;
+
+/// Computes every problem on the current rayon pool; after the last panel of `k` of each tile
+/// of `C`, calls `finish(problem, rows, cols)` from the worker that computed it (a `k == 0`
+/// product is zero-filled first).
+///
+/// # Safety
+/// Every `A` and `B` element of every problem must be readable, every `C` region (`m` rows of
+/// `n` elements at row stride `ldc`) writable, the `C` regions disjoint from each other and from
+/// every `A` and `B`, and nothing else may access them during the call.
+pub unsafe fn gemm(problems: &[Problem], finish: &Finish<'_>) {
+    let arch = arch();
+    let threads = rayon::current_num_threads().max(1);
+    if problems.iter().all(|p| !p.packed_b.is_null()) {
+        prepacked(&arch, problems, threads, finish);
+        return;
+    }
+    let big = |p: &Problem| 2.0 * p.m as f64 * p.n as f64 * p.k as f64 > 64e6;
+    if problems.len() < 2 * threads && problems.iter().any(big) {
+        for (i, p) in problems.iter().enumerate() {
+            shared(&arch, i, p, threads, finish);
+        }
+    } else {
+        private(&arch, problems, threads, finish);
+    }
+}
+
+/// Products whose `B` was packed ahead of time: one task per tile of `C`, each looping over
+/// `k` with its own packed block of `A`, the tile of `C` staying in L2 between blocks.
+unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &Finish<'_>) {
+    let (mr, nr) = (arch.mr, arch.nr);
+    let want = 4 * threads;
+    let mut tasks: Vec<(usize, usize, usize, usize, usize)> = vec![];
+    let total_tiles: usize = problems
+        .iter()
+        .map(|p| p.m.div_ceil(mr) * p.n.div_ceil(nr))
+        .sum();
+    for (i, p) in problems.iter().enumerate() {
+        if p.m == 0 || p.n == 0 {
+            continue;
+        }
+        let (tm, tn) = (p.m.div_ceil(mr), p.n.div_ceil(nr));
+        // This product's share of the tasks; columns in blocks of at most 16 panels, rows
+        // of at most 16 micro-panels, split further until the share is met.
+        let share = (want * tm * tn).div_ceil(total_tiles.max(1)).max(1);
+        let mut col_tiles = tn.div_ceil(16).max(1);
+        let mut row_tiles = tm.div_ceil(16).max(1);
+        while row_tiles * col_tiles < share && (row_tiles < tm || col_tiles < tn) {
+            if row_tiles < tm && (row_tiles <= col_tiles || col_tiles >= tn) {
+                row_tiles += 1;
+            } else {
+                col_tiles += 1;
+            }
+        }
+        let rows = tm.div_ceil(row_tiles) * mr;
+        let cols = tn.div_ceil(col_tiles) * nr;
+        for r0 in (0..p.m).step_by(rows) {
+            for c0 in (0..p.n).step_by(cols) {
+                tasks.push((i, r0, rows.min(p.m - r0), c0, cols.min(p.n - c0)));
+            }
+        }
+    }
+    tasks.par_iter().for_each(|&(i, r0, mc, c0, nc)| {
+        let p = &problems[i];
+        let np = p.n.next_multiple_of(nr);
+        if p.k == 0 {
+            for r in r0..r0 + mc {
+                std::slice::from_raw_parts_mut(p.c.add(r * p.ldc + c0), nc).fill(0.0);
+            }
+        }
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            for p0 in (0..p.k).step_by(KC) {
+                let kc = KC.min(p.k - p0);
+                let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
+                pack_a(&p.a, r0, mc, p0, kc, mr, pa);
+                let pb = std::slice::from_raw_parts(
+                    p.packed_b.add(p0 * np + c0 * kc),
+                    nc.div_ceil(nr) * nr * kc,
+                );
+                block_b_outer(arch, p, pa, pb, r0, mc, c0, nc, kc, p0 > 0);
+            }
+        });
+        finish(i, r0..r0 + mc, c0..c0 + nc);
+    });
+}
+
+/// One product whose packed `B` panels are shared by all threads.
+unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish: &Finish<'_>) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        zero_and_finish(p, index, finish);
+        return;
+    }
+    let (mr, nr) = (arch.mr, arch.nr);
+    // Tiles of C per panel: rows in multiples of mr, columns in multiples of nr, at least
+    // 4 tiles per thread where the shape allows.
+    let nc_max = NC.min(n.next_multiple_of(nr));
+    let mut packed_b = vec![0f32; KC * nc_max + 16];
+    let pb_all = aligned(&mut packed_b, KC * nc_max);
+    for c0 in (0..n).step_by(nc_max) {
+        let nc = nc_max.min(n - c0);
+        let tn = nc.div_ceil(nr);
+        let tm = m.div_ceil(mr);
+        let want = 4 * threads;
+        // Column tiles of at most 512 columns; rows split until there are enough tiles.
+        let col_tiles = tn.div_ceil(16).max(1);
+        let row_tiles = want.div_ceil(col_tiles).clamp(1, tm).max(tm.div_ceil(16));
+        let rows_per = tm.div_ceil(row_tiles) * mr;
+        let cols_per = tn.div_ceil(col_tiles) * nr;
+        let tiles: Vec<(usize, usize)> = (0..m)
+            .step_by(rows_per)
+            .flat_map(|r| (0..nc).step_by(cols_per).map(move |c| (r, c)))
+            .collect();
+        for p0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - p0);
+            let last = p0 + kc == k;
+            let pb = &mut pb_all[..kc * nc.div_ceil(nr) * nr];
+            let bref = &p.b;
+            pb.par_chunks_mut(nr * kc)
+                .enumerate()
+                .for_each(|(q, panel)| {
+                    pack_b_panel(bref, p0, kc, c0 + q * nr, nr.min(nc - q * nr), nr, panel)
+                });
+            let pb: &[f32] = pb;
+            tiles.par_iter().for_each(|&(r0, cc)| {
+                let mc = rows_per.min(m - r0);
+                let ncs = cols_per.min(nc - cc);
+                SCRATCH.with(|s| {
+                    let mut s = s.borrow_mut();
+                    let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
+                    pack_a(&p.a, r0, mc, p0, kc, mr, pa);
+                    let pbs = &pb[(cc / nr) * nr * kc..];
+                    block(arch, p, pa, pbs, r0, mc, c0 + cc, ncs, kc, p0 > 0);
+                });
+                if last {
+                    finish(index, r0..r0 + mc, c0 + cc..c0 + cc + ncs);
+                }
+            });
+        }
+    }
+}
+
+/// Many products: one task per product (or per row block of one), each packing privately.
+unsafe fn private(arch: &Arch, problems: &[Problem], threads: usize, finish: &Finish<'_>) {
+    let mr = arch.mr;
+    // Row blocks: split a product's rows until there are about 4 tasks per thread.
+    let want = 4 * threads;
+    let per_problem = want.div_ceil(problems.len().max(1)).max(1);
+    let mut tasks: Vec<(usize, usize, usize)> = vec![];
+    for (i, p) in problems.iter().enumerate() {
+        if p.m == 0 || p.n == 0 {
+            continue;
+        }
+        let rows = p.m.div_ceil(per_problem).next_multiple_of(mr).max(mr);
+        let rows = rows
+            .max((p.m / 8).next_multiple_of(mr))
+            .min(p.m.next_multiple_of(mr));
+        for r0 in (0..p.m).step_by(rows) {
+            tasks.push((i, r0, rows.min(p.m - r0)));
+        }
+    }
+    tasks.par_iter().for_each(|&(i, r0, mc)| {
+        let p = &problems[i];
+        rows_serial(arch, p, r0, mc);
+        finish(i, r0..r0 + mc, 0..p.n);
+    });
+}
+
+/// Rows `r0..r0+mc` of a product, all columns, on the calling thread with its own packing
+/// buffers (a `k == 0` product is zero-filled).
+unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
+    let (mr, nr) = (arch.mr, arch.nr);
+    let (n, k) = (p.n, p.k);
+    if k == 0 {
+        for r in r0..r0 + mc {
+            std::slice::from_raw_parts_mut(p.c.add(r * p.ldc), n).fill(0.0);
+        }
+        return;
+    }
+    // Column blocks keep the packed B block near L2.
+    let ncb = (512 * 256 / k.clamp(1, KC))
+        .next_multiple_of(nr)
+        .min(n.next_multiple_of(nr));
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        let s = &mut *s;
+        for c0 in (0..n).step_by(ncb) {
+            let nc = ncb.min(n - c0);
+            for p0 in (0..k).step_by(KC) {
+                let kc = KC.min(k - p0);
+                let pb = aligned(&mut s.b, nc.div_ceil(nr) * nr * kc);
+                pack_b(&p.b, p0, kc, c0, nc, nr, pb);
+                let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
+                pack_a(&p.a, r0, mc, p0, kc, mr, pa);
+                block(arch, p, pa, pb, r0, mc, c0, nc, kc, p0 > 0);
+            }
+        }
+    });
+}
+
+/// One product on the calling thread alone (for callers that already split their work over
+/// the pool).
+///
+/// # Safety
+/// As for [`gemm`].
+pub unsafe fn gemm_serial(p: &Problem) {
+    if p.m > 0 && p.n > 0 {
+        rows_serial(&arch(), p, 0, p.m);
+    }
+}
+
+unsafe fn zero_and_finish(p: &Problem, index: usize, finish: &Finish<'_>) {
+    for r in 0..p.m {
+        std::slice::from_raw_parts_mut(p.c.add(r * p.ldc), p.n).fill(0.0);
+    }
+    finish(index, 0..p.m, 0..p.n);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
+        let mut c = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for l in 0..k {
+                    c[i * n + j] += a[i * k + l] as f64 * b[l * n + j] as f64;
+                }
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn packing_a_transposed_b_matches_the_scalar_order() {
+        let (k, n) = (37, 45);
+        // B[l, j] at j * k + l (a transposed row-major [n, k] weight).
+        let w = fill(n * k, 3);
+        let b = Mat::new(w.as_ptr(), 1, k as isize);
+        let nr = arch().nr;
+        let mut got = vec![f32::NAN; n.div_ceil(nr) * nr * 20];
+        unsafe { pack_b(&b, 5, 20, 3, n - 3, nr, &mut got) };
+        for q in 0..(n - 3).div_ceil(nr) {
+            for l in 0..20 {
+                for j in 0..nr {
+                    let col = 3 + q * nr + j;
+                    let want = if col < n { w[col * k + 5 + l] } else { 0.0 };
+                    assert_eq!(got[q * nr * 20 + l * nr + j], want, "panel {q} l {l} j {j}");
+                }
+            }
+        }
+    }
+
+    fn fill(n: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_naive_on_edge_shapes() {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (13, 33, 7),
+            (12, 32, 256),
+            (25, 70, 300),
+            (100, 3, 513),
+            (3, 100, 1),
+            (0, 5, 5),
+            (5, 5, 0),
+        ] {
+            let a = fill(m * k, 1);
+            let b = fill(k * n, 2);
+            let bm = Mat::new(b.as_ptr(), n as isize, 1);
+            let packed = unsafe { PackedB::new(&bm, k, n) };
+            let want = naive(m, n, k, &a, &b);
+            for pre in [false, true] {
+                let mut c = vec![f32::NAN; m * n];
+                let mut p = Problem::new(
+                    m,
+                    n,
+                    k,
+                    Mat::new(a.as_ptr(), k as isize, 1),
+                    bm,
+                    c.as_mut_ptr(),
+                    n,
+                );
+                if pre {
+                    p.packed_b = packed.as_ptr();
+                }
+                unsafe { gemm(&[p], &|_, _, _| {}) };
+                for (x, y) in c.iter().zip(&want) {
+                    assert!(
+                        (*x as f64 - y).abs() <= 1e-5 * (1.0 + y.abs()) * (k as f64).sqrt(),
+                        "{m}x{n}x{k} (prepacked {pre}): {x} vs {y}"
+                    );
+                }
+            }
+        }
+    }
+}
