@@ -11,7 +11,7 @@
 //! so results are bitwise the same for any thread count.
 
 use super::gemm::Tile;
-use super::sgemm::{self, Mat, Problem};
+use super::sgemm::{self, Mat, PackedB, Problem};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -328,8 +328,8 @@ fn gemm_image(
         // SAFETY: the job writes rows `row0..row0+cout_g`, columns `p0..p0+nt` of the output
         // viewed as `[n * cout, p]`; jobs own disjoint (image, group, tile) rectangles.
         let dst = unsafe { out.get().add(row0 * p + p0) };
-        let run = |b: &[f32], b_rs: usize| {
-            let prob = Problem::new(
+        let run = |b: &[f32], b_rs: usize, packed: bool| {
+            let mut prob = Problem::new(
                 cout_g,
                 nt,
                 kdim,
@@ -338,8 +338,11 @@ fn gemm_image(
                 dst,
                 p,
             );
-            // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`; `wg` is
-            // `cout_g x kdim`; `dst` as above, disjoint from both.
+            if packed {
+                prob.packed_b = b.as_ptr();
+            }
+            // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`, or their
+            // packed layout; `wg` is `cout_g x kdim`; `dst` as above, disjoint from both.
             unsafe {
                 if inner {
                     sgemm::gemm(&[prob], &|_, _, _| {});
@@ -349,14 +352,25 @@ fn gemm_image(
             }
         };
         if pointwise {
-            run(&xg[p0..], hw);
+            run(&xg[p0..], hw, false);
         } else {
+            // im2col straight into the GEMM's packed layout.
+            let len = PackedB::len_for(kdim, nt);
             let mut cols = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-            if cols.len() < kdim * nt {
-                cols.resize(kdim * nt, 0.0);
+            if cols.len() < len + 16 {
+                cols.resize(len + 16, 0.0);
             }
-            im2col(spec, xg, cin_g, p0, nt, &mut cols[..kdim * nt]);
-            run(&cols[..kdim * nt], nt);
+            let off = cols.as_ptr().align_offset(64).min(15);
+            let data = &mut cols[off..off + len];
+            im2col(
+                spec,
+                xg,
+                cin_g,
+                p0,
+                nt,
+                &mut Packed::new(&mut *data, kdim, nt),
+            );
+            run(data, nt, true);
             SCRATCH.with(|s| *s.borrow_mut() = cols);
         }
         // SAFETY: this job's rectangle, as above.
@@ -373,10 +387,98 @@ fn gemm_image(
     });
 }
 
+/// The `kdim x nt` matrix in the GEMM's packed layout for `B` ([`PackedB::index`]), so the
+/// product reads it without another packing pass.
+struct Packed<'a> {
+    data: &'a mut [f32],
+    k: usize,
+    n: usize,
+    /// Panel width (a power of two) and its log.
+    nr: usize,
+    shift: u32,
+    /// Where the current row starts, and the distance between its panels.
+    row_base: usize,
+    panel_stride: usize,
+}
+
+impl<'a> Packed<'a> {
+    fn new(data: &'a mut [f32], k: usize, n: usize) -> Packed<'a> {
+        let nr = sgemm::arch().nr;
+        debug_assert!(nr.is_power_of_two());
+        Packed {
+            data,
+            k,
+            n,
+            nr,
+            shift: nr.trailing_zeros(),
+            row_base: 0,
+            panel_stride: 0,
+        }
+    }
+
+    /// Makes `r` the current row.
+    #[inline(always)]
+    fn row(&mut self, r: usize) {
+        let (i, _) = PackedB::index(self.k, self.n, r, 0);
+        self.row_base = i;
+        let b0 = r - r % sgemm::KC;
+        self.panel_stride = self.nr * sgemm::KC.min(self.k - b0);
+    }
+
+    /// The elements of the current row, columns `q..`, that are contiguous, at most `max`.
+    #[inline(always)]
+    fn run(&mut self, q: usize, max: usize) -> &mut [f32] {
+        let (panel, off) = (q >> self.shift, q & (self.nr - 1));
+        let i = self.row_base + panel * self.panel_stride + off;
+        let len = (self.nr - off).min(max);
+        &mut self.data[i..i + len]
+    }
+}
+
 /// The im2col slice of output positions `p0..p0 + nt` for one group: row
 /// `(ci * kh + ky) * kw + kx`, column `q`, is the input at the tap of output position `p0 + q`,
 /// or 0 in the padding.
-fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, cols: &mut [f32]) {
+fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, dst: &mut Packed<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::simd::has_avx512() {
+            // SAFETY: the CPU has these features (checked just above).
+            unsafe { im2col_avx512(spec, xg, cin_g, p0, nt, dst) };
+            return;
+        }
+    }
+    im2col_body::<super::simd::PlainMoves>(spec, xg, cin_g, p0, nt, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+unsafe fn im2col_avx512(
+    spec: &ConvSpec,
+    xg: &[f32],
+    cin_g: usize,
+    p0: usize,
+    nt: usize,
+    dst: &mut Packed<'_>,
+) {
+    im2col_body::<super::simd::Avx512Moves>(spec, xg, cin_g, p0, nt, dst)
+}
+
+#[inline(always)]
+fn im2col_body<M: super::simd::Moves>(
+    spec: &ConvSpec,
+    xg: &[f32],
+    cin_g: usize,
+    p0: usize,
+    nt: usize,
+    dst: &mut Packed<'_>,
+) {
+    // The columns past `nt` in the last panel of each row are zero.
+    if !nt.is_multiple_of(sgemm::arch().nr) {
+        for r in 0..dst.k {
+            let (i, left) = PackedB::index(dst.k, dst.n, r, nt);
+            dst.data[i..i + left].fill(0.0);
+        }
+    }
     let (h, w, ow) = (spec.h, spec.w, spec.ow);
     let [sh, sw] = spec.stride;
     let [ph, pw] = spec.padding;
@@ -386,53 +488,51 @@ fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, cols:
         let plane = &xg[ci * h * w..(ci + 1) * h * w];
         for ky in 0..spec.kh {
             for kx in 0..spec.kw {
-                let row = &mut cols[r * nt..(r + 1) * nt];
-                r += 1;
-                // Walk the tile one output row segment at a time.
+                // Valid ox: 0 <= ox * sw + kx * dw - pw < w.
+                let off = (kx * dw) as isize - pw as isize;
+                let lo = if off >= 0 {
+                    0
+                } else {
+                    ((-off) as usize).div_ceil(sw)
+                };
+                let hi = if (w as isize) <= off {
+                    0
+                } else {
+                    ((w as isize - off) as usize).div_ceil(sw)
+                };
+                // Walk the tile in runs within one output row and one destination run.
+                dst.row(r);
                 let mut q = 0;
                 while q < nt {
                     let pos = p0 + q;
                     let (oy, ox0) = (pos / ow, pos % ow);
-                    let seg = (ow - ox0).min(nt - q);
-                    let dstseg = &mut row[q..q + seg];
+                    let d = dst.run(q, (ow - ox0).min(nt - q));
+                    let seg = d.len();
                     q += seg;
                     let iy = (oy * sh + ky * dh) as isize - ph as isize;
                     if iy < 0 || iy >= h as isize {
-                        dstseg.fill(0.0);
+                        M::zero(d);
                         continue;
                     }
                     let xrow = &plane[iy as usize * w..(iy as usize + 1) * w];
-                    // Valid ox: 0 <= ox * sw + kx * dw - pw < w.
-                    let off = (kx * dw) as isize - pw as isize;
-                    let lo = if off >= 0 {
-                        0
-                    } else {
-                        ((-off) as usize).div_ceil(sw)
-                    };
-                    let hi = if (w as isize) <= off {
-                        0
-                    } else {
-                        ((w as isize - off) as usize).div_ceil(sw)
-                    };
                     let (a, b) = (lo.max(ox0), hi.min(ox0 + seg));
                     if a >= b {
-                        dstseg.fill(0.0);
+                        M::zero(d);
                         continue;
                     }
-                    dstseg[..a - ox0].fill(0.0);
-                    dstseg[b - ox0..].fill(0.0);
-                    {
-                        let ix0 = (a as isize * sw as isize + off) as usize;
-                        let d = &mut dstseg[a - ox0..b - ox0];
-                        if sw == 1 {
-                            d.copy_from_slice(&xrow[ix0..ix0 + (b - a)]);
-                        } else {
-                            for (j, v) in d.iter_mut().enumerate() {
-                                *v = xrow[ix0 + j * sw];
-                            }
+                    M::zero(&mut d[..a - ox0]);
+                    M::zero(&mut d[b - ox0..]);
+                    let ix0 = (a as isize * sw as isize + off) as usize;
+                    let d = &mut d[a - ox0..b - ox0];
+                    if sw == 1 {
+                        M::copy(d, &xrow[ix0..ix0 + (b - a)]);
+                    } else {
+                        for (j, v) in d.iter_mut().enumerate() {
+                            *v = xrow[ix0 + j * sw];
                         }
                     }
                 }
+                r += 1;
             }
         }
     }

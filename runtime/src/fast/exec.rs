@@ -936,22 +936,26 @@ impl<'a> FusedEpilogue<'a> {
     fn tile(&self, t: &mut Tile) {
         let Some(e) = self.expr else { return };
         let (n, c0, w) = (t.n, t.cols.start, t.cols.len());
-        let mut shift = vec![0i64; self.srcs.len() + 1];
+        let ns = self.srcs.len();
+        let mut shift = vec![0i64; ns + 1];
+        let t: &Tile = t;
+        let mut ext: Vec<Src<'_>> = Vec::with_capacity(ns + 1);
+        ext.extend_from_slice(self.srcs);
+        ext.push(Src::F32(&[]));
+        let mut os: Vec<&mut [f32]> = Vec::with_capacity(self.outs.len());
         for r in t.rows.clone() {
             let start = r * n + c0;
-            shift[self.srcs.len()] = start as i64;
-            let seg: &[f32] = t.row(r);
-            let mut ext = Vec::with_capacity(self.srcs.len() + 1);
-            ext.extend_from_slice(self.srcs);
-            ext.push(Src::F32(seg));
+            shift[ns] = start as i64;
+            ext[ns] = Src::F32(t.row_ref(r));
+            os.clear();
             // SAFETY: the tile's elements of each output belong to this call alone (the
             // kernels hand out every tile once), and `new` checked each output has `product`
             // elements.
-            let mut os: Vec<&mut [f32]> = self
-                .outs
-                .iter()
-                .map(|o| unsafe { std::slice::from_raw_parts_mut(o.0.add(start), w) })
-                .collect();
+            os.extend(
+                self.outs
+                    .iter()
+                    .map(|o| unsafe { std::slice::from_raw_parts_mut(o.0.add(start), w) }),
+            );
             e.eval_range_shifted(&ext, &shift, start, start + w, &mut os);
         }
     }

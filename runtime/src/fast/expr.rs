@@ -906,7 +906,16 @@ fn load(
 ) {
     let last = dims.len() - 1;
     let inner = strides[last];
-    let mut idx = idx0.to_vec();
+    // The multi-index, on the stack for the usual ranks.
+    let mut small = [0usize; 8];
+    let mut big = vec![];
+    let idx: &mut [usize] = if idx0.len() <= small.len() {
+        small[..idx0.len()].copy_from_slice(idx0);
+        &mut small[..idx0.len()]
+    } else {
+        big.extend_from_slice(idx0);
+        &mut big
+    };
     let n = dst.len();
     let mut pos = 0;
     while pos < n {

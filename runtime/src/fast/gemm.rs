@@ -211,6 +211,18 @@ impl Tile {
         Tile { rows, cols, n, c }
     }
 
+    /// Row `r` of the tile, read-only (see [`Tile::row`]).
+    ///
+    /// # Panics
+    /// If `r` is outside the tile.
+    pub fn row_ref(&self, r: usize) -> &[f32] {
+        assert!(self.rows.contains(&r), "row {r} is outside the tile");
+        // SAFETY: as in `row`; shared borrows of `self` only read.
+        unsafe {
+            std::slice::from_raw_parts(self.c.add(r * self.n + self.cols.start), self.cols.len())
+        }
+    }
+
     /// Row `r` of the tile (`r` in [`Tile::rows`]), restricted to [`Tile::cols`].
     ///
     /// # Panics

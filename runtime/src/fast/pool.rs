@@ -3,6 +3,7 @@
 //! size) and adaptive average. Planes run in parallel; each output is computed alone, so the
 //! result does not depend on the thread count.
 
+use super::math;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -268,6 +269,71 @@ fn max_range(o: usize, s: usize, p: usize, k: usize, d: usize, n: usize) -> (usi
     (st as usize, end.max(0) as usize)
 }
 
+/// Max pooling of one plane without indices: whole rows of taps at a time, so the loop over
+/// output columns vectorizes (strided loads); the columns whose window crosses the padding go
+/// one by one. Same values as the indexed path (NaN wins, as in PyTorch).
+fn max_plane(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::simd::has_avx512() {
+            // SAFETY: the CPU has these features (checked just above).
+            unsafe { max_plane_avx512(spec, xp, o) };
+            return;
+        }
+    }
+    max_plane_body(spec, xp, o)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+unsafe fn max_plane_avx512(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) {
+    max_plane_body(spec, xp, o)
+}
+
+#[inline(always)]
+fn max_plane_body(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) {
+    let (ih, iw, oh, ow) = (spec.h, spec.w, spec.oh, spec.ow);
+    let [kh, kw] = spec.kernel;
+    let [sh, sw] = spec.stride;
+    let [ph, pw] = spec.padding;
+    let [dh, dw] = spec.dilation;
+    // Output columns whose whole window is inside the row: ox*sw >= pw and
+    // ox*sw - pw + (kw-1)*dw < iw.
+    let lo = pw.div_ceil(sw).min(ow);
+    let span = (kw - 1) * dw;
+    let hi = if iw + pw > span {
+        ((iw + pw - span - 1) / sw + 1).clamp(lo, ow)
+    } else {
+        lo
+    };
+    for (oy, orow) in o.chunks_exact_mut(ow).enumerate().take(oh) {
+        let (y0, y1) = max_range(oy, sh, ph, kh, dh, ih);
+        orow.fill(f32::NEG_INFINITY);
+        let mut y = y0;
+        while y < y1 {
+            let row = &xp[y * iw..(y + 1) * iw];
+            for kx in 0..kw {
+                if hi > lo {
+                    let first = lo * sw + kx * dw - pw;
+                    let taps = row[first..].iter().step_by(sw);
+                    for (v, &t) in orow[lo..hi].iter_mut().zip(taps) {
+                        *v = math::max_nan(*v, t);
+                    }
+                }
+            }
+            for ox in (0..lo).chain(hi..ow) {
+                let (x0, x1) = max_range(ox, sw, pw, kw, dw, iw);
+                let mut xx = x0;
+                while xx < x1 {
+                    orow[ox] = math::max_nan(orow[ox], row[xx]);
+                    xx += dw;
+                }
+            }
+            y += dh;
+        }
+    }
+}
+
 /// `out = pool(x)` (and, for max pooling, the flat argmax `indices`).
 ///
 /// # Panics
@@ -333,7 +399,7 @@ pub fn pool2d(spec: &PoolSpec, x: &[f32], out: &mut [f32], indices: Option<&mut 
                     }),
                 None => out.par_chunks_mut(per * op).enumerate().for_each(|(j, o)| {
                     for (q, o) in o.chunks_mut(op).enumerate() {
-                        one(j * per + q, o, None);
+                        max_plane(spec, plane(j * per + q), o);
                     }
                 }),
             }

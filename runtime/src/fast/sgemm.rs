@@ -137,6 +137,23 @@ impl PackedB {
         PackedB { data, off, k, n }
     }
 
+    /// Elements of the packed layout of a `k x n` matrix for this CPU's micro-kernel.
+    pub fn len_for(k: usize, n: usize) -> usize {
+        k * n.next_multiple_of(arch().nr)
+    }
+
+    /// The index of element `(l, j)` of a `k x n` matrix in the packed layout, and how many
+    /// elements from there on are contiguous in the same row (up to the panel's end).
+    #[inline(always)]
+    pub fn index(k: usize, n: usize, l: usize, j: usize) -> (usize, usize) {
+        let nr = arch().nr;
+        let np = n.next_multiple_of(nr);
+        let (b0, lb) = (l - l % KC, l % KC);
+        let kcb = KC.min(k - b0);
+        let (q, off) = (j / nr, j % nr);
+        (b0 * np + q * nr * kcb + lb * nr + off, nr - off)
+    }
+
     /// The packed values.
     pub fn as_ptr(&self) -> *const f32 {
         self.data[self.off..].as_ptr()
@@ -812,8 +829,15 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
             let nc = ncb.min(n - c0);
             for p0 in (0..k).step_by(KC) {
                 let kc = KC.min(k - p0);
-                let pb = aligned(&mut s.b, nc.div_ceil(nr) * nr * kc);
-                pack_b(&p.b, p0, kc, c0, nc, nr, pb);
+                let pb_len = nc.div_ceil(nr) * nr * kc;
+                let pb: &[f32] = if p.packed_b.is_null() {
+                    let pb = aligned(&mut s.b, pb_len);
+                    pack_b(&p.b, p0, kc, c0, nc, nr, pb);
+                    pb
+                } else {
+                    let np = n.next_multiple_of(nr);
+                    std::slice::from_raw_parts(p.packed_b.add(p0 * np + c0 * kc), pb_len)
+                };
                 let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
                 pack_a(&p.a, r0, mc, p0, kc, mr, pa);
                 block(arch, p, pa, pb, r0, mc, c0, nc, kc, p0 > 0);

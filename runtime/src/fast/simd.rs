@@ -20,3 +20,108 @@ pub fn has_avx2() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| std::is_x86_feature_detected!("avx2"))
 }
+
+/// `dst.copy_from_slice(src)` for the short runs of im2col and packing (up to 48 elements), as
+/// AVX-512 moves inlined into the caller (no library call per run); longer runs call the
+/// library.
+///
+/// # Safety
+/// The CPU must have AVX-512F; `dst` and `src` have the same length.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub unsafe fn copy_avx512(dst: &mut [f32], src: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len().min(src.len());
+    if n > 48 {
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
+    let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+    // Straight-line code for the short runs (a loop would be turned into a `memmove` call).
+    let mut i = 0;
+    if n >= 16 {
+        _mm512_storeu_ps(d, _mm512_loadu_ps(s));
+        i = 16;
+    }
+    if n >= 32 {
+        _mm512_storeu_ps(d.add(16), _mm512_loadu_ps(s.add(16)));
+        i = 32;
+    }
+    if n >= 48 {
+        _mm512_storeu_ps(d.add(32), _mm512_loadu_ps(s.add(32)));
+        i = 48;
+    }
+    if i < n {
+        let m: __mmask16 = ((1u32 << (n - i)) - 1) as __mmask16;
+        _mm512_mask_storeu_ps(d.add(i), m, _mm512_maskz_loadu_ps(m, s.add(i)));
+    }
+}
+
+/// `dst.fill(0.0)` as [`copy_avx512`] does copies.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub unsafe fn zero_avx512(dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len();
+    if n > 48 {
+        dst.fill(0.0);
+        return;
+    }
+    let d = dst.as_mut_ptr();
+    let z = _mm512_setzero_ps();
+    let mut i = 0;
+    while i + 16 <= n {
+        _mm512_storeu_ps(d.add(i), z);
+        i += 16;
+    }
+    if i < n {
+        let m: __mmask16 = ((1u32 << (n - i)) - 1) as __mmask16;
+        _mm512_mask_storeu_ps(d.add(i), m, z);
+    }
+}
+
+/// How a kernel body copies and clears short runs of `f32` (a type parameter, so each
+/// compiled copy of the body inlines its own moves).
+pub trait Moves {
+    /// `dst.copy_from_slice(src)`.
+    fn copy(dst: &mut [f32], src: &[f32]);
+    /// `dst.fill(0.0)`.
+    fn zero(dst: &mut [f32]);
+}
+
+/// Moves through the standard library.
+pub struct PlainMoves;
+
+impl Moves for PlainMoves {
+    #[inline(always)]
+    fn copy(dst: &mut [f32], src: &[f32]) {
+        dst.copy_from_slice(src)
+    }
+    #[inline(always)]
+    fn zero(dst: &mut [f32]) {
+        dst.fill(0.0)
+    }
+}
+
+/// Masked AVX-512 moves; only used inside functions compiled for AVX-512 on CPUs that have it.
+#[cfg(target_arch = "x86_64")]
+pub struct Avx512Moves;
+
+#[cfg(target_arch = "x86_64")]
+impl Moves for Avx512Moves {
+    #[inline(always)]
+    fn copy(dst: &mut [f32], src: &[f32]) {
+        // SAFETY: this type is only used by code paths taken when `has_avx512()` holds.
+        unsafe { copy_avx512(dst, src) }
+    }
+    #[inline(always)]
+    fn zero(dst: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { zero_avx512(dst) }
+    }
+}
