@@ -236,7 +236,7 @@ impl ConvSpec {
     pub fn tile_cols(&self) -> usize {
         let k = (self.cin / self.groups) * self.kh * self.kw;
         let p = self.oh * self.ow;
-        let t = (65536 / k.max(1)).clamp(64, 2048).next_multiple_of(16);
+        let t = (65536 / k.max(1)).clamp(64, 2048).next_multiple_of(32);
         t.min(p.max(1))
     }
 
@@ -421,8 +421,9 @@ impl<'a> Packed<'a> {
     fn row(&mut self, r: usize) {
         let (i, _) = PackedB::index(self.k, self.n, r, 0);
         self.row_base = i;
-        let b0 = r - r % sgemm::KC;
-        self.panel_stride = self.nr * sgemm::KC.min(self.k - b0);
+        let kb = sgemm::kc_for(self.k);
+        let b0 = r - r % kb;
+        self.panel_stride = self.nr * kb.min(self.k - b0);
     }
 
     /// The elements of the current row, columns `q..`, that are contiguous, at most `max`.

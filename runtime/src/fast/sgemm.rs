@@ -2,10 +2,11 @@
 //! `B` and a row-major `C`.
 //!
 //! `B` is packed into panels of [`Arch::nr`] columns and `A` into panels of [`Arch::mr`] rows,
-//! [`KC`] elements of `k` deep, and a micro-kernel keeps an `mr x nr` tile of `C` in registers
+//! [`kc_for`]`(k)` elements of `k` deep, and a micro-kernel keeps an `mr x nr` tile of `C` in registers
 //! while it walks `k` (AVX-512: 12 x 32 with 24 accumulators; AVX2/FMA: 6 x 16; other CPUs: a
 //! portable 4 x 8). Every element of `C` is the same sequence of fused multiply-adds for any
-//! tiling and thread count (`k` is never split between threads, and [`KC`] is a constant), so
+//! tiling and thread count (`k` is never split between threads, and the panel depth depends on
+//! `k` alone), so
 //! results are bitwise the same on 1 or 64 threads.
 //!
 //! Work is cut two ways. A few large products share each packed panel of `B` between all
@@ -18,8 +19,19 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
-/// Depth of a packed panel (elements of `k`).
+/// Depth of a packed panel (elements of `k`) of a deep product.
 pub const KC: usize = 256;
+
+/// The panel depth for a product over `k`: all of `k` up to 384 (one panel, so a shallow
+/// product such as a 3x3 convolution over 32 channels, `k = 288`, has no short tail panel),
+/// else [`KC`]. A function of `k` alone, so results do not depend on tiling or threads.
+pub fn kc_for(k: usize) -> usize {
+    if k <= 384 {
+        k.max(1)
+    } else {
+        KC
+    }
+}
 /// Largest width of a shared packed panel of `B` (columns): `KC * NC * 4` bytes stay in L3.
 const NC: usize = 4096;
 
@@ -107,7 +119,7 @@ impl Problem {
 }
 
 /// A right operand packed once for all the products that read it (a constant weight), in the
-/// layout the micro-kernel reads: for each block of [`KC`] rows of `k`, in order, panels of
+/// layout the micro-kernel reads: for each block of [`kc_for`]`(k)` rows, in order, panels of
 /// [`Arch::nr`] columns (the last zero-padded), each `kc x nr` row-major.
 pub struct PackedB {
     data: Vec<f32>,
@@ -130,8 +142,9 @@ impl PackedB {
         let mut data = vec![0f32; len + 16];
         let off = data.as_ptr().align_offset(64).min(15);
         let dst = &mut data[off..off + len];
-        for p0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - p0);
+        let kb = kc_for(k);
+        for p0 in (0..k).step_by(kb) {
+            let kc = kb.min(k - p0);
             pack_b(b, p0, kc, 0, n, nr, &mut dst[p0 * np..(p0 + kc) * np]);
         }
         PackedB { data, off, k, n }
@@ -148,8 +161,9 @@ impl PackedB {
     pub fn index(k: usize, n: usize, l: usize, j: usize) -> (usize, usize) {
         let nr = arch().nr;
         let np = n.next_multiple_of(nr);
-        let (b0, lb) = (l - l % KC, l % KC);
-        let kcb = KC.min(k - b0);
+        let kb = kc_for(k);
+        let (b0, lb) = (l - l % kb, l % kb);
+        let kcb = kb.min(k - b0);
         let (q, off) = (j / nr, j % nr);
         (b0 * np + q * nr * kcb + lb * nr + off, nr - off)
     }
@@ -227,6 +241,24 @@ pub fn arch() -> Arch {
     })
 }
 
+/// The micro-kernel for a product of `m` rows: on AVX-512, 8 x 32 where it pads `m` less than
+/// 12 x 32 (e.g. 32 or 64 output channels of a convolution). Every kernel computes each element
+/// of `C` with the same sequence of operations, so the choice never changes results.
+pub fn arch_for(m: usize) -> Arch {
+    let a = arch();
+    #[cfg(target_arch = "x86_64")]
+    if a.name == "avx512" && m.next_multiple_of(8) < m.next_multiple_of(12) {
+        return Arch {
+            mr: 8,
+            nr: 32,
+            kernel: x86::kernel_8x32,
+            name: "avx512",
+        };
+    }
+    let _ = m;
+    a
+}
+
 /// The portable 4 x 8 micro-kernel (`mul_add`, so its sums equal the SIMD kernels').
 #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
 unsafe fn kernel_portable(
@@ -262,72 +294,76 @@ unsafe fn kernel_portable(
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// 12 x 32 with AVX-512: 24 `zmm` accumulators, two vector loads of `B` and twelve
-    /// broadcasts of `A` per step of `k`.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
-    pub(super) unsafe fn kernel_12x32(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        accumulate: bool,
-        m: usize,
-        n: usize,
-    ) {
-        let mut acc = [_mm512_setzero_ps(); 24];
-        let (mut ap, mut bp) = (a, b);
-        for _ in 0..kc {
-            let b0 = _mm512_loadu_ps(bp);
-            let b1 = _mm512_loadu_ps(bp.add(16));
-            macro_rules! row {
-                ($($i:literal)*) => {$(
-                    let x = _mm512_set1_ps(*ap.add($i));
-                    acc[2 * $i] = _mm512_fmadd_ps(x, b0, acc[2 * $i]);
-                    acc[2 * $i + 1] = _mm512_fmadd_ps(x, b1, acc[2 * $i + 1]);
-                )*};
-            }
-            row!(0 1 2 3 4 5 6 7 8 9 10 11);
-            ap = ap.add(12);
-            bp = bp.add(32);
-        }
-        if m == 12 && n == 32 {
-            for i in 0..12 {
-                let p = c.add(i * ldc);
-                let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-                if accumulate {
-                    v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
-                    v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+    /// An AVX-512 micro-kernel of `$mr` rows x 32 columns: `2 * $mr` `zmm` accumulators, two
+    /// vector loads of `B` and `$mr` broadcasts of `A` per step of `k`.
+    macro_rules! avx512_kernel {
+        ($name:ident, $mr:literal, $($i:literal)*) => {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
+            pub(super) unsafe fn $name(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                accumulate: bool,
+                m: usize,
+                n: usize,
+            ) {
+                let mut acc = [_mm512_setzero_ps(); 2 * $mr];
+                let (mut ap, mut bp) = (a, b);
+                for _ in 0..kc {
+                    let b0 = _mm512_loadu_ps(bp);
+                    let b1 = _mm512_loadu_ps(bp.add(16));
+                    $(
+                        let x = _mm512_set1_ps(*ap.add($i));
+                        acc[2 * $i] = _mm512_fmadd_ps(x, b0, acc[2 * $i]);
+                        acc[2 * $i + 1] = _mm512_fmadd_ps(x, b1, acc[2 * $i + 1]);
+                    )*
+                    ap = ap.add($mr);
+                    bp = bp.add(32);
                 }
-                _mm512_storeu_ps(p, v0);
-                _mm512_storeu_ps(p.add(16), v1);
-            }
-            return;
-        }
-        let mask = |w: usize| -> __mmask16 {
-            if w >= 16 {
-                0xffff
-            } else {
-                ((1u32 << w) - 1) as __mmask16
+                if m == $mr && n == 32 {
+                    for i in 0..$mr {
+                        let p = c.add(i * ldc);
+                        let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                        if accumulate {
+                            v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+                            v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+                        }
+                        _mm512_storeu_ps(p, v0);
+                        _mm512_storeu_ps(p.add(16), v1);
+                    }
+                    return;
+                }
+                let mask = |w: usize| -> __mmask16 {
+                    if w >= 16 {
+                        0xffff
+                    } else {
+                        ((1u32 << w) - 1) as __mmask16
+                    }
+                };
+                let (k0, k1) = (mask(n), mask(n.saturating_sub(16)));
+                for i in 0..m.min($mr) {
+                    let p = c.add(i * ldc);
+                    let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                    if accumulate {
+                        v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, p), v0);
+                        if k1 != 0 {
+                            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, p.add(16)), v1);
+                        }
+                    }
+                    _mm512_mask_storeu_ps(p, k0, v0);
+                    if k1 != 0 {
+                        _mm512_mask_storeu_ps(p.add(16), k1, v1);
+                    }
+                }
             }
         };
-        let (k0, k1) = (mask(n), mask(n.saturating_sub(16)));
-        for i in 0..m.min(12) {
-            let p = c.add(i * ldc);
-            let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-            if accumulate {
-                v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, p), v0);
-                if k1 != 0 {
-                    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, p.add(16)), v1);
-                }
-            }
-            _mm512_mask_storeu_ps(p, k0, v0);
-            if k1 != 0 {
-                _mm512_mask_storeu_ps(p.add(16), k1, v1);
-            }
-        }
     }
+
+    avx512_kernel!(kernel_12x32, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
+    avx512_kernel!(kernel_8x32, 8, 0 1 2 3 4 5 6 7);
 
     /// Packs 16 columns of a column-contiguous `B` (column `j` is `kc` floats at `src + j *
     /// cs`) into `panel` at column offset `jbase` (row stride `nr`), through 16 x 16 register
@@ -646,7 +682,7 @@ pub type Finish<'a> = dyn Fn(usize, Range<usize>, Range<usize>) + Sync + 'a;
 /// `n` elements at row stride `ldc`) writable, the `C` regions disjoint from each other and from
 /// every `A` and `B`, and nothing else may access them during the call.
 pub unsafe fn gemm(problems: &[Problem], finish: &Finish<'_>) {
-    let arch = arch();
+    let arch = arch_for(problems.first().map_or(0, |p| p.m));
     let threads = rayon::current_num_threads().max(1);
     if problems.iter().all(|p| !p.packed_b.is_null()) {
         prepacked(&arch, problems, threads, finish);
@@ -707,8 +743,9 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
         }
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
-            for p0 in (0..p.k).step_by(KC) {
-                let kc = KC.min(p.k - p0);
+            let kb = kc_for(p.k);
+            for p0 in (0..p.k).step_by(kb) {
+                let kc = kb.min(p.k - p0);
                 let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
                 pack_a(&p.a, r0, mc, p0, kc, mr, pa);
                 let pb = std::slice::from_raw_parts(
@@ -736,8 +773,9 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
     // Tiles of C per panel: rows in multiples of mr, columns in multiples of nr, at least
     // 4 tiles per thread where the shape allows.
     let nc_max = NC.min(n.next_multiple_of(nr));
-    let mut packed_b = vec![0f32; KC * nc_max + 16];
-    let pb_all = aligned(&mut packed_b, KC * nc_max);
+    let kb = kc_for(k);
+    let mut packed_b = vec![0f32; kb * nc_max + 16];
+    let pb_all = aligned(&mut packed_b, kb * nc_max);
     for c0 in (0..n).step_by(nc_max) {
         let nc = nc_max.min(n - c0);
         let tn = nc.div_ceil(nr);
@@ -752,8 +790,8 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
             .step_by(rows_per)
             .flat_map(|r| (0..nc).step_by(cols_per).map(move |c| (r, c)))
             .collect();
-        for p0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - p0);
+        for p0 in (0..k).step_by(kb) {
+            let kc = kb.min(k - p0);
             let last = p0 + kc == k;
             let pb = &mut pb_all[..kc * nc.div_ceil(nr) * nr];
             let bref = &p.b;
@@ -819,7 +857,8 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
         return;
     }
     // Column blocks keep the packed B block near L2.
-    let ncb = (512 * 256 / k.clamp(1, KC))
+    let kb = kc_for(k);
+    let ncb = (512 * 256 / kb)
         .next_multiple_of(nr)
         .min(n.next_multiple_of(nr));
     SCRATCH.with(|s| {
@@ -827,8 +866,8 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
         let s = &mut *s;
         for c0 in (0..n).step_by(ncb) {
             let nc = ncb.min(n - c0);
-            for p0 in (0..k).step_by(KC) {
-                let kc = KC.min(k - p0);
+            for p0 in (0..k).step_by(kb) {
+                let kc = kb.min(k - p0);
                 let pb_len = nc.div_ceil(nr) * nr * kc;
                 let pb: &[f32] = if p.packed_b.is_null() {
                     let pb = aligned(&mut s.b, pb_len);
@@ -853,7 +892,7 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
 /// As for [`gemm`].
 pub unsafe fn gemm_serial(p: &Problem) {
     if p.m > 0 && p.n > 0 {
-        rows_serial(&arch(), p, 0, p.m);
+        rows_serial(&arch_for(p.m), p, 0, p.m);
     }
 }
 
