@@ -394,3 +394,49 @@ fn compilation_is_deterministic_across_runs_and_thread_counts() {
     }
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// The kinds of the steps of a testdata model's -O2 program, and how many carry a fused
+/// epilogue.
+fn step_kinds(model: &str) -> (Vec<&'static str>, usize) {
+    use fxhlo_runtime::fast::Kernel;
+    let dir = testdata().into_iter().find(|d| d.ends_with(model)).unwrap();
+    let case = load_case(&dir, None).unwrap();
+    let a = compile(&case.model, &CompileOptions::default()).unwrap();
+    let steps = &a.header.program.steps;
+    let fused = steps
+        .iter()
+        .filter(|s| {
+            matches!(
+                &s.kernel,
+                Kernel::Matmul {
+                    epilogue: Some(_),
+                    ..
+                } | Kernel::Conv {
+                    epilogue: Some(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    (steps.iter().map(|s| s.kernel.kind()).collect(), fused)
+}
+
+#[test]
+fn matmul_and_conv_epilogues_run_in_the_products_step() {
+    // mlp: linear + GELU twice, then a linear: three steps, the GELUs fused.
+    let (kinds, fused) = step_kinds("mlp");
+    assert_eq!(kinds, ["matmul", "matmul", "matmul"]);
+    assert_eq!(fused, 2);
+    // cnn: conv + bias + relu fused into the convolutions.
+    let (kinds, fused) = step_kinds("cnn");
+    assert!(fused >= 2, "{kinds:?}: {fused} fused");
+    assert!(!kinds.contains(&"fallback"), "{kinds:?}");
+}
+
+#[test]
+fn attention_mask_guards_run_on_fast_kernels() {
+    // The `where(all masked, 0, softmax)` guard of PyTorch's attention reduces a bool mask
+    // with `any`: a row reduction over bools, not a fallback.
+    let (kinds, _) = step_kinds("transformer_encoder");
+    assert!(!kinds.contains(&"fallback"), "{kinds:?}");
+}
