@@ -12,6 +12,7 @@
 
 use super::gemm::Tile;
 use super::sgemm::{self, Mat, PackedB, Problem};
+use super::SendPtr;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -249,19 +250,6 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The output's base pointer, shared by the workers that write disjoint parts of it.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
 /// The convolution `out = conv(x, w) + bias`.
 ///
 /// `epilogue(tile)` is called on each finished tile of the output, viewed as the matrix
@@ -387,6 +375,23 @@ fn gemm_image(
     });
 }
 
+/// For kernel column `kx`: the output columns `lo..hi` whose tap lies inside an input row of
+/// `w` (`0 <= ox * sw + kx * dw - pw < w`), and the tap's offset `kx * dw - pw`.
+fn valid_cols(kx: usize, dw: usize, pw: usize, sw: usize, w: usize) -> (usize, usize, isize) {
+    let off = (kx * dw) as isize - pw as isize;
+    let lo = if off >= 0 {
+        0
+    } else {
+        ((-off) as usize).div_ceil(sw)
+    };
+    let hi = if (w as isize) <= off {
+        0
+    } else {
+        ((w as isize - off) as usize).div_ceil(sw)
+    };
+    (lo, hi, off)
+}
+
 /// The `kdim x nt` matrix in the GEMM's packed layout for `B` ([`PackedB::index`]), so the
 /// product reads it without another packing pass.
 struct Packed<'a> {
@@ -489,18 +494,7 @@ fn im2col_body<M: super::simd::Moves>(
         let plane = &xg[ci * h * w..(ci + 1) * h * w];
         for ky in 0..spec.kh {
             for kx in 0..spec.kw {
-                // Valid ox: 0 <= ox * sw + kx * dw - pw < w.
-                let off = (kx * dw) as isize - pw as isize;
-                let lo = if off >= 0 {
-                    0
-                } else {
-                    ((-off) as usize).div_ceil(sw)
-                };
-                let hi = if (w as isize) <= off {
-                    0
-                } else {
-                    ((w as isize - off) as usize).div_ceil(sw)
-                };
+                let (lo, hi, off) = valid_cols(kx, dw, pw, sw, w);
                 // Walk the tile in runs within one output row and one destination run.
                 dst.row(r);
                 let mut q = 0;
@@ -569,17 +563,7 @@ fn depthwise_image(
         // Valid output column range per kx.
         let ranges: Vec<(usize, usize, isize)> = (0..kw)
             .map(|kx| {
-                let off = (kx * dw) as isize - pw as isize;
-                let lo = if off >= 0 {
-                    0
-                } else {
-                    ((-off) as usize).div_ceil(sw)
-                };
-                let hi = if (wd as isize) <= off {
-                    0
-                } else {
-                    ((wd as isize - off) as usize).div_ceil(sw)
-                };
+                let (lo, hi, off) = valid_cols(kx, dw, pw, sw, wd);
                 (lo.min(ow), hi.min(ow), off)
             })
             .collect();

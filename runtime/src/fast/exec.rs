@@ -887,15 +887,8 @@ fn check_epilogue(
 struct FusedEpilogue<'a> {
     expr: Option<&'a Expr>,
     srcs: &'a [Src<'a>],
-    outs: Vec<OutPtr>,
+    outs: Vec<super::SendPtr>,
 }
-
-/// An epilogue output buffer, written tile by tile by several workers.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: each worker writes only the elements of the tiles it owns.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 impl<'a> FusedEpilogue<'a> {
     fn new(
@@ -919,7 +912,7 @@ impl<'a> FusedEpilogue<'a> {
         let mut ptrs = Vec::with_capacity(outs.len());
         for d in outs.iter_mut() {
             match d {
-                Dst::F32(o) if o.len() == product => ptrs.push(OutPtr(o.as_mut_ptr())),
+                Dst::F32(o) if o.len() == product => ptrs.push(super::SendPtr(o.as_mut_ptr())),
                 _ => return Err("epilogue results must be f32 of the product's size".into()),
             }
         }
@@ -954,7 +947,7 @@ impl<'a> FusedEpilogue<'a> {
             os.extend(
                 self.outs
                     .iter()
-                    .map(|o| unsafe { std::slice::from_raw_parts_mut(o.0.add(start), w) }),
+                    .map(|o| unsafe { std::slice::from_raw_parts_mut(o.get().add(start), w) }),
             );
             e.eval_range_shifted(&ext, &shift, start, start + w, &mut os);
         }

@@ -781,62 +781,9 @@ impl Expr {
             if regs.len() < self.num_regs as usize {
                 regs.resize_with(self.num_regs as usize, || vec![0.0; BLOCK]);
             }
-            self.eval_blocks(&plan, srcs, start, end, outs, &mut regs);
+            eval_blocks(self, &plan, srcs, start, end, outs, &mut regs);
             *cell.borrow_mut() = regs;
         });
-    }
-
-    fn eval_blocks(
-        &self,
-        plan: &Plan,
-        srcs: &[Src<'_>],
-        start: usize,
-        end: usize,
-        outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if simd::has_avx512() {
-                // SAFETY: the CPU supports AVX-512F/BW/DQ/VL (checked just above).
-                unsafe { self.eval_blocks_avx512(plan, srcs, start, end, outs, regs) };
-                return;
-            }
-            if std::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2 (checked just above).
-                unsafe { self.eval_blocks_avx2(plan, srcs, start, end, outs, regs) };
-                return;
-            }
-        }
-        self.eval_blocks_generic(plan, srcs, start, end, outs, regs);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
-    unsafe fn eval_blocks_avx512(
-        &self,
-        plan: &Plan,
-        srcs: &[Src<'_>],
-        start: usize,
-        end: usize,
-        outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
-    ) {
-        self.eval_blocks_generic(plan, srcs, start, end, outs, regs)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn eval_blocks_avx2(
-        &self,
-        plan: &Plan,
-        srcs: &[Src<'_>],
-        start: usize,
-        end: usize,
-        outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
-    ) {
-        self.eval_blocks_generic(plan, srcs, start, end, outs, regs)
     }
 
     #[inline(always)]
@@ -891,6 +838,19 @@ impl Expr {
             pos += n;
         }
     }
+}
+
+simd::multiversion! {
+    /// [`Expr::eval_blocks_generic`] in the best compiled copy for this CPU.
+    fn eval_blocks(
+        e: &Expr,
+        plan: &Plan,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+    ) => Expr::eval_blocks_generic
 }
 
 /// Loads `dst.len()` consecutive iteration elements starting at multi-index `idx0`.

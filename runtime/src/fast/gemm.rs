@@ -6,6 +6,7 @@
 //! and bias and then the caller's epilogue while it is still in cache.
 
 use super::sgemm::{self, Mat, PackedB, Problem};
+use super::SendPtr;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
@@ -384,20 +385,6 @@ pub fn matmul_prepacked(
     // `a` and `b`, and C (`batch * m * n`, the problems' disjoint row blocks) is `c`, borrowed
     // mutably for the whole call and distinct from `a` and `b`.
     unsafe { sgemm::gemm(&problems, &finish) };
-}
-
-/// A raw pointer to C, shared by the workers that own disjoint tiles of it.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: workers only touch their own tiles (see `matmul`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
 }
 
 /// `seg[j] += beta * bias[bi, i, j0 + j]` for one row segment of C.

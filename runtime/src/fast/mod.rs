@@ -53,6 +53,21 @@ pub enum Dst<'a> {
     Bool(&'a mut [bool]),
 }
 
+/// A raw pointer to an `f32` buffer shared by workers that each write their own disjoint part
+/// of it (tiles of a product, planes of a convolution, tiles of an epilogue's outputs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+// SAFETY: the users only touch the elements their task owns, and the buffer outlives the tasks.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 pub mod artifact;
 pub mod exec;
 pub mod memory;

@@ -269,25 +269,11 @@ fn max_range(o: usize, s: usize, p: usize, k: usize, d: usize, n: usize) -> (usi
     (st as usize, end.max(0) as usize)
 }
 
-/// Max pooling of one plane without indices: whole rows of taps at a time, so the loop over
-/// output columns vectorizes (strided loads); the columns whose window crosses the padding go
-/// one by one. Same values as the indexed path (NaN wins, as in PyTorch).
-fn max_plane(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::simd::has_avx512() {
-            // SAFETY: the CPU has these features (checked just above).
-            unsafe { max_plane_avx512(spec, xp, o) };
-            return;
-        }
-    }
-    max_plane_body(spec, xp, o)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
-unsafe fn max_plane_avx512(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) {
-    max_plane_body(spec, xp, o)
+super::simd::multiversion! {
+    /// Max pooling of one plane without indices: whole rows of taps at a time, so the loop
+    /// over output columns vectorizes (strided loads); the columns whose window crosses the
+    /// padding go one by one. Same values as the indexed path (NaN wins, as in PyTorch).
+    fn max_plane(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) => max_plane_body
 }
 
 #[inline(always)]

@@ -461,59 +461,17 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
     Ok(())
 }
 
-/// [`run_block_body`] in the best compiled copy for this CPU (the copies give the same bits:
-/// no FMA contraction happens in any of them).
-fn run_block(
-    k: &RowReduce,
-    srcs: &[Src<'_>],
-    weight: Option<&[f32]>,
-    bias: Option<&[f32]>,
-    r0: usize,
-    r1: usize,
-    outs: &mut [Option<Chunk<'_>>],
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::simd::has_avx512() {
-            // SAFETY: the CPU has these features (checked just above).
-            unsafe { run_block_avx512(k, srcs, weight, bias, r0, r1, outs) };
-            return;
-        }
-        if super::simd::has_avx2() {
-            // SAFETY: as above.
-            unsafe { run_block_avx2(k, srcs, weight, bias, r0, r1, outs) };
-            return;
-        }
-    }
-    run_block_body(k, srcs, weight, bias, r0, r1, outs)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
-unsafe fn run_block_avx512(
-    k: &RowReduce,
-    srcs: &[Src<'_>],
-    weight: Option<&[f32]>,
-    bias: Option<&[f32]>,
-    r0: usize,
-    r1: usize,
-    outs: &mut [Option<Chunk<'_>>],
-) {
-    run_block_body(k, srcs, weight, bias, r0, r1, outs)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn run_block_avx2(
-    k: &RowReduce,
-    srcs: &[Src<'_>],
-    weight: Option<&[f32]>,
-    bias: Option<&[f32]>,
-    r0: usize,
-    r1: usize,
-    outs: &mut [Option<Chunk<'_>>],
-) {
-    run_block_body(k, srcs, weight, bias, r0, r1, outs)
+super::simd::multiversion! {
+    /// [`run_block_body`] in the best compiled copy for this CPU.
+    fn run_block(
+        k: &RowReduce,
+        srcs: &[Src<'_>],
+        weight: Option<&[f32]>,
+        bias: Option<&[f32]>,
+        r0: usize,
+        r1: usize,
+        outs: &mut [Option<Chunk<'_>>],
+    ) => run_block_body
 }
 
 #[inline(always)]

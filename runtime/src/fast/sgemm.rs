@@ -601,71 +601,47 @@ unsafe fn pack_b_panel(
 }
 
 /// The micro-tiles of one block: `C[r0.., c0..]` (`mc x nc`) `(+)=` packed A (`mc` rows) @
-/// packed B (`nc` columns), `kc` deep.
+/// packed B (`nc` columns), `kc` deep. `b_outer` swaps the loops: each micro-panel of B
+/// (streamed once from memory) then meets every micro-panel of A (which stay in L2); else
+/// each micro-panel of A stays in L1 while the micro-panels of B stream from L2.
 #[allow(clippy::too_many_arguments)]
 unsafe fn block(
     arch: &Arch,
     p: &Problem,
     pa: &[f32],
     pb: &[f32],
-    r0: usize,
-    mc: usize,
-    c0: usize,
-    nc: usize,
+    (r0, mc): (usize, usize),
+    (c0, nc): (usize, usize),
     kc: usize,
     accumulate: bool,
+    b_outer: bool,
 ) {
     let (mr, nr) = (arch.mr, arch.nr);
-    for (qi, apanel) in pa.chunks(mr * kc).enumerate().take(mc.div_ceil(mr)) {
-        let rows = mr.min(mc - qi * mr);
-        for (qj, bpanel) in pb.chunks(nr * kc).enumerate().take(nc.div_ceil(nr)) {
-            let cols = nr.min(nc - qj * nr);
-            let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
-            (arch.kernel)(
-                kc,
-                apanel.as_ptr(),
-                bpanel.as_ptr(),
-                c,
-                p.ldc,
-                accumulate,
-                rows,
-                cols,
-            );
+    let (ta, tb) = (mc.div_ceil(mr), nc.div_ceil(nr));
+    let tile = |qi: usize, qj: usize| {
+        let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
+        (arch.kernel)(
+            kc,
+            pa.as_ptr().add(qi * mr * kc),
+            pb.as_ptr().add(qj * nr * kc),
+            c,
+            p.ldc,
+            accumulate,
+            mr.min(mc - qi * mr),
+            nr.min(nc - qj * nr),
+        );
+    };
+    if b_outer {
+        for qj in 0..tb {
+            for qi in 0..ta {
+                tile(qi, qj);
+            }
         }
-    }
-}
-
-/// [`block`] with the loops swapped: each micro-panel of B (streamed once from memory) meets
-/// every micro-panel of A (which stay in L2).
-#[allow(clippy::too_many_arguments)]
-unsafe fn block_b_outer(
-    arch: &Arch,
-    p: &Problem,
-    pa: &[f32],
-    pb: &[f32],
-    r0: usize,
-    mc: usize,
-    c0: usize,
-    nc: usize,
-    kc: usize,
-    accumulate: bool,
-) {
-    let (mr, nr) = (arch.mr, arch.nr);
-    for (qj, bpanel) in pb.chunks(nr * kc).enumerate().take(nc.div_ceil(nr)) {
-        let cols = nr.min(nc - qj * nr);
-        for (qi, apanel) in pa.chunks(mr * kc).enumerate().take(mc.div_ceil(mr)) {
-            let rows = mr.min(mc - qi * mr);
-            let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
-            (arch.kernel)(
-                kc,
-                apanel.as_ptr(),
-                bpanel.as_ptr(),
-                c,
-                p.ldc,
-                accumulate,
-                rows,
-                cols,
-            );
+    } else {
+        for qi in 0..ta {
+            for qj in 0..tb {
+                tile(qi, qj);
+            }
         }
     }
 }
@@ -752,7 +728,7 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
                     p.packed_b.add(p0 * np + c0 * kc),
                     nc.div_ceil(nr) * nr * kc,
                 );
-                block_b_outer(arch, p, pa, pb, r0, mc, c0, nc, kc, p0 > 0);
+                block(arch, p, pa, pb, (r0, mc), (c0, nc), kc, p0 > 0, true);
             }
         });
         finish(i, r0..r0 + mc, c0..c0 + nc);
@@ -809,7 +785,17 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
                     let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
                     pack_a(&p.a, r0, mc, p0, kc, mr, pa);
                     let pbs = &pb[(cc / nr) * nr * kc..];
-                    block(arch, p, pa, pbs, r0, mc, c0 + cc, ncs, kc, p0 > 0);
+                    block(
+                        arch,
+                        p,
+                        pa,
+                        pbs,
+                        (r0, mc),
+                        (c0 + cc, ncs),
+                        kc,
+                        p0 > 0,
+                        false,
+                    );
                 });
                 if last {
                     finish(index, r0..r0 + mc, c0 + cc..c0 + cc + ncs);
@@ -879,7 +865,7 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
                 };
                 let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
                 pack_a(&p.a, r0, mc, p0, kc, mr, pa);
-                block(arch, p, pa, pb, r0, mc, c0, nc, kc, p0 > 0);
+                block(arch, p, pa, pb, (r0, mc), (c0, nc), kc, p0 > 0, false);
             }
         }
     });

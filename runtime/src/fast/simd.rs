@@ -1,6 +1,39 @@
 //! Run-time CPU feature checks shared by the kernels that keep several compiled copies of
 //! their hot loops (one per instruction set, picked when they run).
 
+/// Defines a function that runs `$body` (an `#[inline(always)]` function with the same
+/// parameters) in the best copy compiled for this CPU: AVX-512 (F/BW/DQ/VL), AVX2, or the
+/// baseline. The copies differ only in the instructions the compiler may use; none of them
+/// contracts `a * b + c` into an FMA, so they give the same bits.
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $body:path) => {
+        $(#[$m])*
+        $vis fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                if $crate::fast::simd::has_avx512() {
+                    // SAFETY: the CPU has these features (checked just now).
+                    return unsafe { avx512($($arg),*) };
+                }
+                if $crate::fast::simd::has_avx2() {
+                    // SAFETY: as above.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
 /// Whether the CPU runs the AVX-512 copies (F, BW, DQ and VL, as `x86-64-v4`), checked once.
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx512() -> bool {
