@@ -11,7 +11,7 @@
 //! so results are bitwise the same for any thread count.
 
 use super::gemm::Tile;
-use super::sgemm::{self, Mat, PackedB, Problem};
+use super::sgemm::{self, Mat, PackedA, PackedB, Problem};
 use super::SendPtr;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -266,6 +266,52 @@ pub fn conv2d(
     out: &mut [f32],
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
+    conv2d_prepacked(spec, x, w, None, bias, out, epilogue)
+}
+
+/// Packs the weights of each group for the GEMM once (constant weights), where the
+/// convolution runs as GEMMs (not depthwise). `w` must pass [`ConvSpec::validate`].
+pub fn prepack_weights(spec: &ConvSpec, w: &[f32]) -> Option<Vec<PackedA>> {
+    let g = spec.groups;
+    let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
+    let kdim = cin_g * spec.kh * spec.kw;
+    if cin_g == 1 || kdim == 0 || cout_g == 0 || w.len() != spec.weight_len() {
+        return None;
+    }
+    Some(
+        (0..g)
+            .map(|grp| {
+                let wg = &w[grp * cout_g * kdim..(grp + 1) * cout_g * kdim];
+                // SAFETY: `wg` is the `cout_g x kdim` weight block of the group.
+                unsafe { PackedA::new(&Mat::new(wg.as_ptr(), kdim as isize, 1), cout_g, kdim) }
+            })
+            .collect(),
+    )
+}
+
+/// [`conv2d`] with the weights packed by [`prepack_weights`] (then `w` is only checked).
+///
+/// # Panics
+/// If [`ConvSpec::validate`] fails for these buffers, or `packed` does not fit the spec.
+pub fn conv2d_prepacked(
+    spec: &ConvSpec,
+    x: &[f32],
+    w: &[f32],
+    packed: Option<&[PackedA]>,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    epilogue: &(dyn Fn(&mut Tile) + Sync),
+) {
+    if let Some(pk) = packed {
+        let (cout_g, kdim) = (
+            spec.cout / spec.groups.max(1),
+            (spec.cin / spec.groups.max(1)) * spec.kh * spec.kw,
+        );
+        assert!(
+            pk.len() == spec.groups && pk.iter().all(|a| a.m == cout_g && a.k == kdim),
+            "prepacked weights do not fit the convolution"
+        );
+    }
     if let Err(e) = spec.validate(x.len(), w.len(), bias.map(|b| b.len()), out.len()) {
         panic!("invalid convolution: {e}");
     }
@@ -280,7 +326,7 @@ pub fn conv2d(
         if cin_g == 1 {
             depthwise_image(spec, i, ximg, w, bias, optr, epilogue);
         } else {
-            gemm_image(spec, i, ximg, w, bias, optr, epilogue);
+            gemm_image(spec, i, ximg, (w, packed), bias, optr, epilogue);
         }
     });
 }
@@ -290,7 +336,7 @@ fn gemm_image(
     spec: &ConvSpec,
     img: usize,
     x: &[f32],
-    w: &[f32],
+    (w, packed): (&[f32], Option<&[PackedA]>),
     bias: Option<&[f32]>,
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
@@ -316,6 +362,7 @@ fn gemm_image(
         // SAFETY: the job writes rows `row0..row0+cout_g`, columns `p0..p0+nt` of the output
         // viewed as `[n * cout, p]`; jobs own disjoint (image, group, tile) rectangles.
         let dst = unsafe { out.get().add(row0 * p + p0) };
+        let prepacked_w = packed;
         let run = |b: &[f32], b_rs: usize, packed: bool| {
             let mut prob = Problem::new(
                 cout_g,
@@ -328,6 +375,9 @@ fn gemm_image(
             );
             if packed {
                 prob.packed_b = b.as_ptr();
+            }
+            if let Some(pw) = prepacked_w {
+                prob.packed_a = pw[grp].as_ptr();
             }
             // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`, or their
             // packed layout; `wg` is `cout_g x kdim`; `dst` as above, disjoint from both.

@@ -134,13 +134,21 @@ pub struct Executor {
     threads: usize,
     consts: Vec<Option<Buf>>,
     fallbacks: Vec<Option<Model>>,
-    /// Right operands of matmul steps packed when the executor was made (constant weights).
-    prepacked: Vec<Option<super::sgemm::PackedB>>,
+    /// Constant weights of matmul and convolution steps, packed when the executor was made.
+    prepacked: Vec<Option<Prepacked>>,
     arena: Mutex<Vec<Buf>>,
     /// Whether steps are timed.
     profiling: std::sync::atomic::AtomicBool,
     /// Per-step wall time in seconds, summed over the runs since profiling was turned on.
     step_secs: Mutex<Vec<f64>>,
+}
+
+/// A constant operand packed for the GEMM when the executor was made.
+enum Prepacked {
+    /// A matmul's right operand.
+    MatmulB(super::sgemm::PackedB),
+    /// A convolution's weights, one block per group.
+    ConvWeights(Vec<super::sgemm::PackedA>),
 }
 
 /// Settings of an executor.
@@ -245,13 +253,17 @@ impl Executor {
         let prepacked = p
             .steps
             .iter()
-            .map(|s| match (&s.kernel, s.srcs.get(1)) {
-                (Kernel::Matmul { spec, .. }, Some(&b)) => match &consts[b as usize] {
-                    Some(Buf::F32(w)) => super::gemm::prepack_b(spec, w),
+            .map(
+                |s| match (&s.kernel, s.srcs.get(1).map(|&v| &consts[v as usize])) {
+                    (Kernel::Matmul { spec, .. }, Some(Some(Buf::F32(w)))) => {
+                        super::gemm::prepack_b(spec, w).map(Prepacked::MatmulB)
+                    }
+                    (Kernel::Conv { spec, .. }, Some(Some(Buf::F32(w)))) => {
+                        super::conv::prepack_weights(spec, w).map(Prepacked::ConvWeights)
+                    }
                     _ => None,
                 },
-                _ => None,
-            })
+            )
             .collect();
         let threads = opts.threads.unwrap_or_else(default_threads).max(1);
         let pool = rayon::ThreadPoolBuilder::new()
@@ -688,7 +700,7 @@ fn run_kernel(
     k: &Kernel,
     srcs: &[Src<'_>],
     dsts: &mut [Dst<'_>],
-    packed: Option<&super::sgemm::PackedB>,
+    packed: Option<&Prepacked>,
 ) -> Result<(), String> {
     match (k, dsts) {
         (Kernel::Elementwise(e), dsts) => {
@@ -711,6 +723,10 @@ fn run_kernel(
                 None
             };
             let epi = FusedEpilogue::new(epilogue.as_deref(), srcs, outs, c.len())?;
+            let packed = match packed {
+                Some(Prepacked::MatmulB(b)) => Some(b),
+                _ => None,
+            };
             super::gemm::matmul_prepacked(
                 spec,
                 f32_src(srcs, 0)?,
@@ -732,9 +748,19 @@ fn run_kernel(
         ) => {
             let b = if *bias { Some(f32_src(srcs, 2)?) } else { None };
             let epi = FusedEpilogue::new(epilogue.as_deref(), srcs, outs, out.len())?;
-            super::conv::conv2d(spec, f32_src(srcs, 0)?, f32_src(srcs, 1)?, b, out, &|t| {
-                epi.tile(t)
-            });
+            let packed = match packed {
+                Some(Prepacked::ConvWeights(w)) => Some(w.as_slice()),
+                _ => None,
+            };
+            super::conv::conv2d_prepacked(
+                spec,
+                f32_src(srcs, 0)?,
+                f32_src(srcs, 1)?,
+                packed,
+                b,
+                out,
+                &|t| epi.tile(t),
+            );
             Ok(())
         }
         (Kernel::Pool(spec), [Dst::F32(out)]) => {

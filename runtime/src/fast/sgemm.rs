@@ -100,6 +100,8 @@ pub struct Problem {
     pub ldc: usize,
     /// `B` already packed by [`PackedB`] for this CPU (then `b` is not read), or null.
     pub packed_b: *const f32,
+    /// `A` already packed by [`PackedA`] for this CPU and `m` (then `a` is not read), or null.
+    pub packed_a: *const f32,
 }
 
 impl Problem {
@@ -114,6 +116,7 @@ impl Problem {
             c,
             ldc,
             packed_b: std::ptr::null(),
+            packed_a: std::ptr::null(),
         }
     }
 }
@@ -177,6 +180,66 @@ impl PackedB {
     pub fn bytes(&self) -> usize {
         self.data.len() * 4
     }
+}
+
+/// A left operand packed once for all the products that read it (a convolution's weights), in
+/// the layout the micro-kernel reads: for each block of [`kc_for`]`(k)` columns, in order,
+/// panels of the micro-kernel's rows for this `m` ([`arch_for`]), the last zero-padded.
+pub struct PackedA {
+    data: Vec<f32>,
+    off: usize,
+    /// Rows (`m`).
+    pub m: usize,
+    /// Columns (`k`).
+    pub k: usize,
+}
+
+impl PackedA {
+    /// Packs the `m x k` matrix `a`.
+    ///
+    /// # Safety
+    /// Every element of `a` must be readable.
+    pub unsafe fn new(a: &Mat, m: usize, k: usize) -> PackedA {
+        let mr = arch_for(m).mr;
+        let mp = m.next_multiple_of(mr);
+        let len = k * mp;
+        let mut data = vec![0f32; len + 16];
+        let off = data.as_ptr().align_offset(64).min(15);
+        let dst = &mut data[off..off + len];
+        let kb = kc_for(k);
+        for p0 in (0..k).step_by(kb) {
+            let kc = kb.min(k - p0);
+            pack_a(a, 0, m, p0, kc, mr, &mut dst[p0 * mp..(p0 + kc) * mp]);
+        }
+        PackedA { data, off, m, k }
+    }
+
+    /// The packed values.
+    pub fn as_ptr(&self) -> *const f32 {
+        self.data[self.off..].as_ptr()
+    }
+}
+
+/// The packed block of rows `r0..r0+mc` (`r0` a multiple of `mr`), columns `p0..p0+kc` of
+/// `p`'s `A`: a window of its pre-packed `A`, else packed now into `buf`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn a_block<'s>(
+    p: &Problem,
+    buf: &'s mut Vec<f32>,
+    r0: usize,
+    mc: usize,
+    p0: usize,
+    kc: usize,
+    mr: usize,
+) -> &'s [f32] {
+    let len = mc.div_ceil(mr) * mr * kc;
+    if !p.packed_a.is_null() {
+        let mp = p.m.next_multiple_of(mr);
+        return std::slice::from_raw_parts(p.packed_a.add(p0 * mp + r0 * kc), len);
+    }
+    let pa = aligned(buf, len);
+    pack_a(&p.a, r0, mc, p0, kc, mr, pa);
+    pa
 }
 
 // SAFETY: the callers of `gemm` guarantee that the problems' `C` regions are disjoint and that
@@ -722,8 +785,7 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
             let kb = kc_for(p.k);
             for p0 in (0..p.k).step_by(kb) {
                 let kc = kb.min(p.k - p0);
-                let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
-                pack_a(&p.a, r0, mc, p0, kc, mr, pa);
+                let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
                 let pb = std::slice::from_raw_parts(
                     p.packed_b.add(p0 * np + c0 * kc),
                     nc.div_ceil(nr) * nr * kc,
@@ -782,8 +844,7 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
                 let ncs = cols_per.min(nc - cc);
                 SCRATCH.with(|s| {
                     let mut s = s.borrow_mut();
-                    let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
-                    pack_a(&p.a, r0, mc, p0, kc, mr, pa);
+                    let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
                     let pbs = &pb[(cc / nr) * nr * kc..];
                     block(
                         arch,
@@ -863,8 +924,7 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
                     let np = n.next_multiple_of(nr);
                     std::slice::from_raw_parts(p.packed_b.add(p0 * np + c0 * kc), pb_len)
                 };
-                let pa = aligned(&mut s.a, mc.div_ceil(mr) * mr * kc);
-                pack_a(&p.a, r0, mc, p0, kc, mr, pa);
+                let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
                 block(arch, p, pa, pb, (r0, mc), (c0, nc), kc, p0 > 0, false);
             }
         }
