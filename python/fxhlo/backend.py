@@ -5,8 +5,8 @@
                           options={"opt_level": 2, "threads": 4, "dump_dir": "/tmp/g"})
 
 Every graph Dynamo captures goes through ``aot_autograd`` with the core ATen decompositions
-(the table ``torch.export``'s ``run_decompositions()`` uses, so the graphs hold the ops of
-fxhlo's op table); the forward, backward and inference graphs it produces are each compiled
+(the table ``torch.export``'s ``run_decompositions()`` uses, less the ops fxhlo compiles
+natively, so the graphs hold the ops of fxhlo's op table); the forward, backward and inference graphs it produces are each compiled
 in-process by the Rust compiler (:mod:`fxhlo.runner`) and run on the torch tensors without
 copies.  Graphs with ops fxhlo does not support are partitioned: the supported parts are
 compiled, the rest runs in eager, and one :class:`FxhloFallbackWarning` names the ops.  Graphs
@@ -304,19 +304,43 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     return var, torch.ops.aten.mean.dim(x, dims, keepdim)
 
 
+def _core_aten_table() -> dict:
+    """The core ATen decomposition table without its CompositeImplicitAutograd entries.
+
+    ``core_aten_decompositions()`` (what ``run_decompositions()`` uses) is this table plus an
+    entry for every CompositeImplicitAutograd op of every namespace; building those entries
+    walks the whole dispatcher (~0.15 s on a first call).  They are not needed here:
+    aot_autograd's tracing decomposes a CompositeImplicitAutograd op with that same kernel
+    (or its Python ``py_impl``) whether or not the table names it, so the graphs are the same
+    (checked on the testdata models, torchvision resnet18 and GPT-2, inference and training)."""
+    try:
+        from torch._decomp import _core_aten_decompositions_post_autograd
+        return dict(_core_aten_decompositions_post_autograd())
+    except ImportError:  # another torch: the public table
+        from torch._decomp import core_aten_decompositions
+        return dict(core_aten_decompositions().items())
+
+
 def decompositions() -> dict:
-    """The decomposition table of the backend: the core ATen table (the one
-    ``torch.export``'s ``run_decompositions()`` uses), plus torch's registered decompositions
-    of every op outside fxhlo's op table (e.g. training-mode batch norm and its backward), plus
-    ``aten.var_mean`` as var and mean."""
+    """The decomposition table of the backend (built once per process): the core ATen table
+    (that of ``torch.export``'s ``run_decompositions()``, see :func:`_core_aten_table`) less
+    the ops fxhlo compiles natively (e.g. ``native_layer_norm_backward``,
+    ``embedding_dense_backward``, ``select_scatter``: fewer, larger nodes to trace and
+    compile), plus torch's registered decompositions of every other op outside fxhlo's op
+    table (e.g. training-mode batch norm and its backward), plus ``aten.var_mean`` as var and
+    mean."""
     global _DECOMPS
     if _DECOMPS is None:
-        from torch._decomp import core_aten_decompositions, decomposition_table
-        table = dict(core_aten_decompositions().items())
+        from torch._decomp import decomposition_table
         supported = set(_native.supported_ops())
+
+        def wanted(op) -> bool:
+            return not (isinstance(op, torch._ops.OpOverload) and _op_name(op) in supported)
+
+        table = {op: fn for op, fn in _core_aten_table().items() if wanted(op)}
         for op, fn in decomposition_table.items():
             if isinstance(op, torch._ops.OpOverload) and op not in table \
-                    and op.namespace == "aten" and _op_name(op) not in supported \
+                    and op.namespace == "aten" and wanted(op) \
                     and getattr(fn, "__module__", "") == "torch._decomp.decompositions":
                 table[op] = fn
         table[torch.ops.aten.var_mean.correction] = _var_mean
@@ -347,14 +371,44 @@ def fxhlo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any],
 
 
 def _aot(gm, example_inputs, session: Session) -> Callable:
-    from torch._dynamo.backends.common import aot_autograd
+    """aot_autograd with fxhlo's compilers and decomposition table.
 
-    backend = aot_autograd(fw_compiler=session.compiler("forward"),
-                           bw_compiler=session.compiler("backward"),
-                           inference_compiler=session.compiler("inference"),
-                           decompositions=decompositions)
+    Calls ``aot_module_simplified`` directly rather than through
+    ``torch._dynamo.backends.common.aot_autograd``: that wrapper does the same (compilers,
+    ``disable`` around the backward compiler and the result) but also imports
+    ``torch._inductor.debug`` (~0.1 s on a first call) for its AOT logging.  Inputs that are
+    lists (which only that wrapper flattens) still go through it."""
+    from torch._dynamo import disable
+    from torch._dynamo.utils import counters
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        from torch._dynamo.backends.common import aot_autograd
+        backend = aot_autograd(fw_compiler=session.compiler("forward"),
+                               bw_compiler=session.compiler("backward"),
+                               inference_compiler=session.compiler("inference"),
+                               decompositions=decompositions)
+        with _AttentionAsMath(gm):
+            return backend(gm, example_inputs)
+
+    bw = session.compiler("backward")
+
+    def bw_compiler(*args, **kwargs):
+        # as aot_autograd's wrapper does: Dynamo must trace neither the backward compiler nor
+        # the backward program it returns
+        return disable(disable(bw, reason="do not trace backward compiler function")(
+            *args, **kwargs), reason="do not trace generated backwards pass")
+
+    bw_compiler._is_wrapped_bw_compiler = True
+    counters["aot_autograd"]["total"] += 1
     with _AttentionAsMath(gm):
-        return backend(gm, example_inputs)
+        cg = aot_module_simplified(gm, example_inputs,
+                                   fw_compiler=session.compiler("forward"),
+                                   bw_compiler=bw_compiler,
+                                   inference_compiler=session.compiler("inference"),
+                                   decompositions=decompositions())
+    counters["aot_autograd"]["ok"] += 1
+    return disable(cg, reason="do not trace AOT-compiled graph")
 
 
 class ShapeSpecializer:

@@ -209,9 +209,14 @@ def test_torchvision_resnet18():
             first_call_s=f"{first:.2f}", fxhlo_compile_s=f"{STATS.compile_seconds:.3f}",
             fallbacks=[str(m.message)[:120] for m in w])
 
-    # one training step (batch norm in training mode)
+    # One training step (batch norm in training mode). With batch 2, the last stages
+    # normalize over 2 x 2 x 2 values, so the backward pass amplifies f32 rounding: eager f32
+    # itself is up to ~2e-2 away from the float64 gradients on conv1.weight (measured). The
+    # reference is therefore the same step in float64, and fxhlo's f32 gradients must be
+    # within 1e-4 of it (they are within ~1e-5) and never worse than eager f32's.
     model.train()
     ref = copy.deepcopy(model)
+    ref64 = copy.deepcopy(model).double()
     torch._dynamo.reset()
     cm = _compiled(model)
     with warnings.catch_warnings(record=True):
@@ -220,10 +225,16 @@ def test_torchvision_resnet18():
         lc.backward()
     lr_ = _loss(ref(x))
     lr_.backward()
+    l64 = _loss(ref64(x.double()))
+    l64.backward()
     torch.testing.assert_close(lc, lr_, rtol=1e-4, atol=1e-4)
-    for (pn, p), q in zip(model.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4,
-                                   msg=lambda m: f"grad of {pn}: {m}")
+    torch.testing.assert_close(lc.double(), l64.double(), rtol=1e-4, atol=1e-4)
+    for (pn, p), q, r in zip(model.named_parameters(), ref.parameters(), ref64.parameters()):
+        torch.testing.assert_close(p.grad.double(), r.grad, rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"grad of {pn} vs float64: {m}")
+        err_fx = (p.grad.double() - r.grad).abs().max().item()
+        err_eager = (q.grad.double() - r.grad).abs().max().item()
+        assert err_fx <= max(err_eager, 1e-5), f"grad of {pn}: fxhlo {err_fx} vs eager {err_eager}"
 
 
 def _small_gpt2():
