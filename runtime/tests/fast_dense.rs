@@ -930,3 +930,33 @@ fn gather_errors() {
     let e = GatherSpec::embedding(4, 3, 0);
     gather(&e, &t, &[], &mut []).unwrap();
 }
+
+#[test]
+fn conv_with_prepacked_weights_gives_the_same_bits() {
+    use fxhlo_runtime::fast::conv::{conv2d_prepacked, prepack_weights};
+    // Normal, pointwise, strided, grouped, and small outputs (run transposed: out^T).
+    for (x, w, s, p, g) in [
+        ([2, 8, 9, 9], [6, 8, 3, 3], 1, 1, 1),
+        ([1, 16, 4, 4], [32, 16, 1, 1], 1, 0, 1),
+        ([1, 12, 4, 4], [40, 12, 3, 3], 2, 1, 1),
+        ([1, 64, 2, 2], [128, 64, 3, 3], 1, 1, 1),
+        ([2, 8, 6, 6], [8, 4, 3, 3], 1, 1, 2),
+        ([1, 8, 3, 3], [16, 4, 3, 3], 1, 0, 2),
+    ] {
+        let spec = ConvSpec::new(x, w, [s, s], [p, p], [1, 1], g).unwrap();
+        let xv = rnd(spec.input_len(), 1);
+        let wv = rnd(spec.weight_len(), 2);
+        let bv = rnd(spec.cout, 3);
+        let mut want = vec![0f32; spec.output_len()];
+        conv2d(&spec, &xv, &wv, Some(&bv), &mut want, &|_| {});
+        let pk = prepack_weights(&spec, &wv).expect("a GEMM convolution");
+        let mut got = vec![f32::NAN; spec.output_len()];
+        conv2d_prepacked(&spec, &xv, &wv, Some(&pk), Some(&bv), &mut got, &|_| {});
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{spec:?}"
+        );
+    }
+}

@@ -269,24 +269,53 @@ pub fn conv2d(
     conv2d_prepacked(spec, x, w, None, bias, out, epilogue)
 }
 
+/// Weights packed once for the GEMMs of a convolution (constant weights).
+pub struct ConvPacked {
+    /// Per group, the `cout/groups x k` weights as the left operand.
+    a: Vec<PackedA>,
+    /// Per group, their transpose as the right operand, for outputs of at most
+    /// [`SMALL_OUTPUT`] positions: those run as `out^T = cols^T @ W^T`, so the few positions
+    /// pad the micro-kernel's short side instead of its 32-wide one.
+    wt: Option<Vec<PackedB>>,
+}
+
+/// Output positions per image up to which a convolution runs transposed (see [`ConvPacked`]).
+const SMALL_OUTPUT: usize = 16;
+
 /// Packs the weights of each group for the GEMM once (constant weights), where the
 /// convolution runs as GEMMs (not depthwise). `w` must pass [`ConvSpec::validate`].
-pub fn prepack_weights(spec: &ConvSpec, w: &[f32]) -> Option<Vec<PackedA>> {
+pub fn prepack_weights(spec: &ConvSpec, w: &[f32]) -> Option<ConvPacked> {
     let g = spec.groups;
     let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
     let kdim = cin_g * spec.kh * spec.kw;
     if cin_g == 1 || kdim == 0 || cout_g == 0 || w.len() != spec.weight_len() {
         return None;
     }
-    Some(
+    let block = |grp: usize| &w[grp * cout_g * kdim..(grp + 1) * cout_g * kdim];
+    // SAFETY: each block is the `cout_g x kdim` weight block of a group.
+    let a = (0..g)
+        .map(|grp| unsafe {
+            PackedA::new(
+                &Mat::new(block(grp).as_ptr(), kdim as isize, 1),
+                cout_g,
+                kdim,
+            )
+        })
+        .collect();
+    let small = spec.oh * spec.ow <= SMALL_OUTPUT.min(sgemm::arch().nr);
+    // SAFETY: as above; element (l, co) of the transpose is `block[co * kdim + l]`.
+    let wt = small.then(|| {
         (0..g)
-            .map(|grp| {
-                let wg = &w[grp * cout_g * kdim..(grp + 1) * cout_g * kdim];
-                // SAFETY: `wg` is the `cout_g x kdim` weight block of the group.
-                unsafe { PackedA::new(&Mat::new(wg.as_ptr(), kdim as isize, 1), cout_g, kdim) }
+            .map(|grp| unsafe {
+                PackedB::new(
+                    &Mat::new(block(grp).as_ptr(), 1, kdim as isize),
+                    kdim,
+                    cout_g,
+                )
             })
-            .collect(),
-    )
+            .collect()
+    });
+    Some(ConvPacked { a, wt })
 }
 
 /// [`conv2d`] with the weights packed by [`prepack_weights`] (then `w` is only checked).
@@ -297,7 +326,7 @@ pub fn conv2d_prepacked(
     spec: &ConvSpec,
     x: &[f32],
     w: &[f32],
-    packed: Option<&[PackedA]>,
+    packed: Option<&ConvPacked>,
     bias: Option<&[f32]>,
     out: &mut [f32],
     epilogue: &(dyn Fn(&mut Tile) + Sync),
@@ -307,10 +336,12 @@ pub fn conv2d_prepacked(
             spec.cout / spec.groups.max(1),
             (spec.cin / spec.groups.max(1)) * spec.kh * spec.kw,
         );
-        assert!(
-            pk.len() == spec.groups && pk.iter().all(|a| a.m == cout_g && a.k == kdim),
-            "prepacked weights do not fit the convolution"
-        );
+        let fits = pk.a.len() == spec.groups
+            && pk.a.iter().all(|a| a.m == cout_g && a.k == kdim)
+            && pk.wt.as_ref().is_none_or(|wt| {
+                wt.len() == spec.groups && wt.iter().all(|b| b.k == kdim && b.n == cout_g)
+            });
+        assert!(fits, "prepacked weights do not fit the convolution");
     }
     if let Err(e) = spec.validate(x.len(), w.len(), bias.map(|b| b.len()), out.len()) {
         panic!("invalid convolution: {e}");
@@ -336,7 +367,7 @@ fn gemm_image(
     spec: &ConvSpec,
     img: usize,
     x: &[f32],
-    (w, packed): (&[f32], Option<&[PackedA]>),
+    (w, packed): (&[f32], Option<&ConvPacked>),
     bias: Option<&[f32]>,
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
@@ -377,7 +408,7 @@ fn gemm_image(
                 prob.packed_b = b.as_ptr();
             }
             if let Some(pw) = prepacked_w {
-                prob.packed_a = pw[grp].as_ptr();
+                prob.packed_a = pw.a[grp].as_ptr();
             }
             // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`, or their
             // packed layout; `wg` is `cout_g x kdim`; `dst` as above, disjoint from both.
@@ -389,7 +420,29 @@ fn gemm_image(
                 }
             }
         };
-        if pointwise {
+        // Few positions with the weights' transpose packed: `out^T = cols^T @ W^T` into a
+        // scratch tile, then transposed into place.
+        let wt = packed
+            .and_then(|pk| pk.wt.as_ref())
+            .filter(|_| nt <= SMALL_OUTPUT);
+        let transposed = |cols: Mat| {
+            let wt = wt.expect("checked by the caller");
+            let mut ct = vec![0f32; nt * cout_g];
+            let mut prob = Problem::new(nt, cout_g, kdim, cols, cols, ct.as_mut_ptr(), cout_g);
+            prob.packed_b = wt[grp].as_ptr();
+            // SAFETY: `cols` reads `nt x kdim` elements of the job's own input or scratch;
+            // the transposed weights are `kdim x cout_g`; `ct` is the `nt x cout_g` result.
+            unsafe { sgemm::gemm_serial(&prob) };
+            for (q, row) in ct.chunks_exact(cout_g).enumerate() {
+                for (co, &v) in row.iter().enumerate() {
+                    // SAFETY: inside this job's rectangle (see `dst`).
+                    unsafe { *dst.add(co * p + q) = v };
+                }
+            }
+        };
+        if pointwise && wt.is_some() {
+            transposed(Mat::new(xg[p0..].as_ptr(), 1, hw as isize));
+        } else if pointwise {
             run(&xg[p0..], hw, false);
         } else {
             // im2col straight into the GEMM's packed layout.
@@ -408,7 +461,12 @@ fn gemm_image(
                 nt,
                 &mut Packed::new(&mut *data, kdim, nt),
             );
-            run(data, nt, true);
+            if wt.is_some() {
+                // One panel of `nr >= nt` columns: row `l` of the im2col matrix is at `l * nr`.
+                transposed(Mat::new(data.as_ptr(), 1, sgemm::arch().nr as isize));
+            } else {
+                run(data, nt, true);
+            }
             SCRATCH.with(|s| *s.borrow_mut() = cols);
         }
         // SAFETY: this job's rectangle, as above.
@@ -532,7 +590,7 @@ fn im2col_body<M: super::simd::Moves>(
     if !nt.is_multiple_of(sgemm::arch().nr) {
         for r in 0..dst.k {
             let (i, left) = PackedB::index(dst.k, dst.n, r, nt);
-            dst.data[i..i + left].fill(0.0);
+            M::zero(&mut dst.data[i..i + left]);
         }
     }
     let (h, w, ow) = (spec.h, spec.w, spec.ow);

@@ -147,8 +147,8 @@ pub struct Executor {
 enum Prepacked {
     /// A matmul's right operand.
     MatmulB(super::sgemm::PackedB),
-    /// A convolution's weights, one block per group.
-    ConvWeights(Vec<super::sgemm::PackedA>),
+    /// A convolution's weights.
+    ConvWeights(super::conv::ConvPacked),
 }
 
 /// Settings of an executor.
@@ -749,7 +749,7 @@ fn run_kernel(
             let b = if *bias { Some(f32_src(srcs, 2)?) } else { None };
             let epi = FusedEpilogue::new(epilogue.as_deref(), srcs, outs, out.len())?;
             let packed = match packed {
-                Some(Prepacked::ConvWeights(w)) => Some(w.as_slice()),
+                Some(Prepacked::ConvWeights(w)) => Some(w),
                 _ => None,
             };
             super::conv::conv2d_prepacked(
