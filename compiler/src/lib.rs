@@ -110,14 +110,43 @@ pub fn compile_with(
     opts: &CompileOptions,
     dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
 ) -> Result<Compiled> {
+    compile_impl(&model.graph, opts, dump, &mut |name| {
+        model.weights.get(name).cloned()
+    })
+}
+
+/// [`compile_with`] on a model it owns: the weights move into the artifact instead of being
+/// copied (for a large model, most of the compile time otherwise).
+pub fn compile_owned(
+    mut model: Model,
+    opts: &CompileOptions,
+    dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
+) -> Result<Compiled> {
+    let graph = std::mem::take(&mut model.graph);
+    compile_impl(&graph, opts, dump, &mut |name| model.weights.remove(name))
+}
+
+/// The compiler; `weight(name)` gives the tensor of a constant the program reads (asked once
+/// per name).
+fn compile_impl(
+    graph: &fxhlo_ir::Graph,
+    opts: &CompileOptions,
+    dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
+    weight: &mut dyn FnMut(&str) -> Option<HostTensor>,
+) -> Result<Compiled> {
     let t0 = std::time::Instant::now();
     let _span = tracing::info_span!("compile").entered();
-    if let Some((op, _)) = model.graph.unsupported_ops().into_iter().next() {
+    if let Some((op, _)) = graph.unsupported_ops().into_iter().next() {
         return Err(DriverError::Other(format!(
             "op {op} is not supported by fxhlo (`fxhlo inspect` lists every unsupported op)"
         )));
     }
-    let mut m = model.clone();
+    // The graph alone is copied: the weights are copied once, into the artifact (a model's
+    // weights can be most of its bytes, and the emitter reads them only to inline them).
+    let mut m = Model {
+        graph: graph.clone(),
+        weights: Default::default(),
+    };
     let pm = pass_manager(opts)?;
     let mut cx = fxhlo_passes::Cx::default();
     pm.run(&mut m.graph, &mut cx, dump)?;
@@ -135,7 +164,7 @@ pub fn compile_with(
     let constants: Weights = program
         .constants
         .iter()
-        .filter_map(|(_, name)| m.weights.get(name).map(|t| (name.clone(), t.clone())))
+        .filter_map(|(_, name)| weight(name).map(|t| (name.clone(), t)))
         .collect();
     let artifact = fxhlo_runtime::fast::Artifact {
         header: fxhlo_runtime::fast::ArtifactHeader {

@@ -315,7 +315,7 @@ fn bench(
     let t0 = std::time::Instant::now();
     let m = load_model(model)?;
     let read_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let c = fxhlo::compile_with(&m, &pipeline.options(2), &mut dump_ir)?;
+    let c = fxhlo::compile_owned(m, &pipeline.options(2), &mut dump_ir)?;
     let compile_ms = c.time.as_secs_f64() * 1e3;
     let steps = c.artifact.header.program.steps.len();
     let fallbacks = c.report.fallbacks.len();
@@ -447,7 +447,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             stats,
         } => {
             let m = load_model(&model)?;
-            let c = fxhlo::compile_with(&m, &pipeline.options(2), &mut dump_ir)?;
+            let c = fxhlo::compile_owned(m, &pipeline.options(2), &mut dump_ir)?;
             if pipeline.time_passes {
                 print_timings(&c.cx);
             }
