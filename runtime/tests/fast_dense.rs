@@ -523,6 +523,28 @@ fn conv_resnet_shapes() {
     );
 }
 
+/// Stride-1 convolutions whose output rows are whole 16-position panels: on AVX2 CPUs they run
+/// as an implicit GEMM over a zero-padded input (4- and 6-row tiles, several `k` blocks,
+/// dilation, groups, a partial last tile), elsewhere through im2col.
+#[test]
+fn conv_implicit_gemm_shapes() {
+    for (x, cout, k, p, d, g) in [
+        ([2, 8, 16, 16], 32, [3, 3], 1, 1, 1),
+        ([1, 5, 7, 32], 6, [3, 3], 1, 1, 1),
+        ([1, 64, 9, 16], 40, [3, 3], 1, 1, 1),
+        ([1, 6, 20, 32], 10, [5, 5], 2, 1, 1),
+        ([1, 4, 21, 32], 8, [3, 3], 2, 2, 1),
+        ([2, 8, 12, 16], 12, [3, 3], 1, 1, 2),
+        ([1, 16, 41, 48], 32, [3, 3], 1, 1, 1),
+    ] {
+        check_conv(
+            &conv(x, cout, k, 1, p, d, g),
+            true,
+            &format!("implicit {x:?} cout {cout} k{k:?} p{p} d{d} g{g}"),
+        );
+    }
+}
+
 #[test]
 fn conv_odd_geometry() {
     for (x, cout, k, s, p, d, g) in [

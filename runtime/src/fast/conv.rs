@@ -241,6 +241,18 @@ impl ConvSpec {
         t.min(p.max(1))
     }
 
+    /// Whether the image runs as an implicit GEMM reading a zero-padded input (stride 1, rows
+    /// of whole 16-position micro-panels, on a CPU with that kernel), not im2col tiles.
+    fn implicit_ok(&self) -> bool {
+        let cin_g = self.cin / self.groups.max(1);
+        self.stride == [1, 1]
+            && !self.is_pointwise()
+            && cin_g > 1
+            && self.ow.is_multiple_of(16)
+            && self.oh * self.ow > SMALL_OUTPUT
+            && sgemm::arch().name == "avx2"
+    }
+
     fn is_pointwise(&self) -> bool {
         self.kh == 1 && self.kw == 1 && self.stride == [1, 1] && self.padding == [0, 0]
     }
@@ -352,6 +364,12 @@ pub fn conv2d_prepacked(
     let img_in = spec.cin * spec.h * spec.w;
     let cin_g = spec.cin / spec.groups;
     let optr = SendPtr(out.as_mut_ptr());
+    // The implicit GEMM needs packed weights: pack them for this call if they were not.
+    let packed_now = match packed {
+        None if spec.implicit_ok() => prepack_weights(spec, w),
+        _ => None,
+    };
+    let packed = packed.or(packed_now.as_ref());
     (0..spec.n).into_par_iter().for_each(|i| {
         let ximg = &x[i * img_in..(i + 1) * img_in];
         if cin_g == 1 {
@@ -383,6 +401,14 @@ fn gemm_image(
     // Few jobs in all (e.g. one image of a late, small-spatial layer): split each product over
     // the pool as well (the GEMM never splits `k`, so the bits stay the same).
     let inner = spec.n * g * tiles < 4;
+    let padded = (spec.implicit_ok() && packed.is_some()).then(|| {
+        Padded::new(
+            spec,
+            x,
+            PADDED.with(|b| std::mem::take(&mut *b.borrow_mut())),
+        )
+    });
+    let padded_ref = padded.as_ref();
     (0..g * tiles).into_par_iter().for_each(|job| {
         let (grp, t) = (job / tiles, job % tiles);
         let p0 = t * tile;
@@ -440,7 +466,21 @@ fn gemm_image(
                 }
             }
         };
-        if pointwise && wt.is_some() {
+        if let (Some(pad), Some(pk)) = (padded_ref, packed) {
+            // Implicit GEMM: the taps of 16 consecutive positions of one output row read
+            // straight from the zero-padded input.
+            let pg = &pad.data[grp * cin_g * pad.plane..(grp + 1) * cin_g * pad.plane];
+            let bases: Vec<*const f32> = (0..nt / 16)
+                .map(|jb| {
+                    let q = p0 + 16 * jb;
+                    pg[(q / spec.ow) * pad.row + q % spec.ow..].as_ptr()
+                })
+                .collect();
+            // SAFETY: `pad` holds every tap (checked by `Padded::new`), the weights are
+            // packed for `cout_g x kdim`, and `dst` is this job's rectangle (see above).
+            let done = unsafe { sgemm::gemm_indirect(&pk.a[grp], &bases, &pad.offs, dst, p) };
+            debug_assert!(done, "implicit_ok checked the kernel");
+        } else if pointwise && wt.is_some() {
             transposed(Mat::new(xg[p0..].as_ptr(), 1, hw as isize));
         } else if pointwise {
             run(&xg[p0..], hw, false);
@@ -481,6 +521,59 @@ fn gemm_image(
         }
         epilogue(&mut tile);
     });
+    if let Some(p) = padded {
+        PADDED.with(|b| *b.borrow_mut() = p.data);
+    }
+}
+
+thread_local! {
+    /// Each thread's buffer for [`Padded`] images, kept across calls.
+    static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One image's input, zero-padded on every side, for the implicit GEMM of a stride-1
+/// convolution, with the offset of each tap row `(ci, ky, kx)` of the GEMM.
+struct Padded {
+    data: Vec<f32>,
+    /// Floats per padded row and per padded channel plane.
+    row: usize,
+    plane: usize,
+    /// Per GEMM row `(ci * kh + ky) * kw + kx` (inside one group): where output position
+    /// `(0, 0)`'s tap is, relative to the group's first plane.
+    offs: Vec<usize>,
+}
+
+impl Padded {
+    /// Pads image `x` into `data` (a reused buffer: this thread's, taken from [`PADDED`]).
+    fn new(spec: &ConvSpec, x: &[f32], mut data: Vec<f32>) -> Padded {
+        let [ph, pw] = spec.padding;
+        let [dh, dw] = spec.dilation;
+        let (h, w) = (spec.h, spec.w);
+        let (hp, wp) = (h + 2 * ph, w + 2 * pw);
+        data.clear();
+        data.resize(spec.cin * hp * wp, 0.0);
+        for (ci, plane) in data.chunks_exact_mut(hp * wp).enumerate() {
+            for y in 0..h {
+                let src = &x[(ci * h + y) * w..(ci * h + y + 1) * w];
+                plane[(y + ph) * wp + pw..(y + ph) * wp + pw + w].copy_from_slice(src);
+            }
+        }
+        let cin_g = spec.cin / spec.groups;
+        let mut offs = Vec::with_capacity(cin_g * spec.kh * spec.kw);
+        for ci in 0..cin_g {
+            for ky in 0..spec.kh {
+                for kx in 0..spec.kw {
+                    offs.push(ci * hp * wp + ky * dh * wp + kx * dw);
+                }
+            }
+        }
+        Padded {
+            data,
+            row: wp,
+            plane: hp * wp,
+            offs,
+        }
+    }
 }
 
 /// For kernel column `kx`: the output columns `lo..hi` whose tap lies inside an input row of
@@ -538,15 +631,6 @@ impl<'a> Packed<'a> {
         let b0 = r - r % kb;
         self.panel_stride = self.nr * kb.min(self.k - b0);
     }
-
-    /// The elements of the current row, columns `q..`, that are contiguous, at most `max`.
-    #[inline(always)]
-    fn run(&mut self, q: usize, max: usize) -> &mut [f32] {
-        let (panel, off) = (q >> self.shift, q & (self.nr - 1));
-        let i = self.row_base + panel * self.panel_stride + off;
-        let len = (self.nr - off).min(max);
-        &mut self.data[i..i + len]
-    }
 }
 
 /// The im2col slice of output positions `p0..p0 + nt` for one group: row
@@ -558,6 +642,11 @@ fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, dst: 
         if super::simd::has_avx512() {
             // SAFETY: the CPU has these features (checked just above).
             unsafe { im2col_avx512(spec, xg, cin_g, p0, nt, dst) };
+            return;
+        }
+        if super::simd::has_avx2() {
+            // SAFETY: as above.
+            unsafe { im2col_avx2(spec, xg, cin_g, p0, nt, dst) };
             return;
         }
     }
@@ -575,6 +664,19 @@ unsafe fn im2col_avx512(
     dst: &mut Packed<'_>,
 ) {
     im2col_body::<super::simd::Avx512Moves>(spec, xg, cin_g, p0, nt, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn im2col_avx2(
+    spec: &ConvSpec,
+    xg: &[f32],
+    cin_g: usize,
+    p0: usize,
+    nt: usize,
+    dst: &mut Packed<'_>,
+) {
+    im2col_body::<super::simd::Avx2Moves>(spec, xg, cin_g, p0, nt, dst)
 }
 
 #[inline(always)]
@@ -597,36 +699,53 @@ fn im2col_body<M: super::simd::Moves>(
     let [sh, sw] = spec.stride;
     let [ph, pw] = spec.padding;
     let [dh, dw] = spec.dilation;
+    // The tile's runs of positions within one output row and one packed panel: the same for
+    // every row of the matrix, so the divisions are done once per tile, not once per row.
+    let mut segs = Vec::with_capacity(nt / dst.nr + nt / ow.max(1) + 2);
+    let mut q = 0;
+    while q < nt {
+        let pos = p0 + q;
+        let (oy, ox0) = (pos / ow, pos % ow);
+        let (panel, off) = (q >> dst.shift, q & (dst.nr - 1));
+        let len = (dst.nr - off).min(ow - ox0).min(nt - q);
+        segs.push(Seg {
+            oy,
+            ox0,
+            at: panel,
+            off,
+            len,
+        });
+        q += len;
+    }
     let mut r = 0;
     for ci in 0..cin_g {
         let plane = &xg[ci * h * w..(ci + 1) * h * w];
         for ky in 0..spec.kh {
             for kx in 0..spec.kw {
                 let (lo, hi, off) = valid_cols(kx, dw, pw, sw, w);
-                // Walk the tile in runs within one output row and one destination run.
                 dst.row(r);
-                let mut q = 0;
-                while q < nt {
-                    let pos = p0 + q;
-                    let (oy, ox0) = (pos / ow, pos % ow);
-                    let d = dst.run(q, (ow - ox0).min(nt - q));
-                    let seg = d.len();
-                    q += seg;
-                    let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                for sg in &segs {
+                    let i = dst.row_base + sg.at * dst.panel_stride + sg.off;
+                    let d = &mut dst.data[i..i + sg.len];
+                    let iy = (sg.oy * sh + ky * dh) as isize - ph as isize;
                     if iy < 0 || iy >= h as isize {
                         M::zero(d);
                         continue;
                     }
                     let xrow = &plane[iy as usize * w..(iy as usize + 1) * w];
-                    let (a, b) = (lo.max(ox0), hi.min(ox0 + seg));
+                    let (a, b) = (lo.max(sg.ox0), hi.min(sg.ox0 + sg.len));
                     if a >= b {
                         M::zero(d);
                         continue;
                     }
-                    M::zero(&mut d[..a - ox0]);
-                    M::zero(&mut d[b - ox0..]);
+                    if a > sg.ox0 {
+                        M::zero(&mut d[..a - sg.ox0]);
+                    }
+                    if b < sg.ox0 + sg.len {
+                        M::zero(&mut d[b - sg.ox0..]);
+                    }
                     let ix0 = (a as isize * sw as isize + off) as usize;
-                    let d = &mut d[a - ox0..b - ox0];
+                    let d = &mut d[a - sg.ox0..b - sg.ox0];
                     if sw == 1 {
                         M::copy(d, &xrow[ix0..ix0 + (b - a)]);
                     } else {
@@ -639,6 +758,18 @@ fn im2col_body<M: super::simd::Moves>(
             }
         }
     }
+}
+
+/// A run of an im2col tile's positions inside one output row and one packed panel.
+struct Seg {
+    /// Output row and column of the run's first position.
+    oy: usize,
+    ox0: usize,
+    /// Its panel and offset in the panel.
+    at: usize,
+    off: usize,
+    /// Positions in the run.
+    len: usize,
 }
 
 /// One image of a convolution with one input channel per group, directly: output channel

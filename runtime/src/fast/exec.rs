@@ -962,6 +962,7 @@ impl<'a> FusedEpilogue<'a> {
         ext.extend_from_slice(self.srcs);
         ext.push(Src::F32(&[]));
         let mut os: Vec<&mut [f32]> = Vec::with_capacity(self.outs.len());
+        let mut plan = e.plan();
         for r in t.rows.clone() {
             let start = r * n + c0;
             shift[ns] = start as i64;
@@ -975,7 +976,7 @@ impl<'a> FusedEpilogue<'a> {
                     .iter()
                     .map(|o| unsafe { std::slice::from_raw_parts_mut(o.get().add(start), w) }),
             );
-            e.eval_range_shifted(&ext, &shift, start, start + w, &mut os);
+            e.eval_range_planned(&mut plan, &ext, &shift, start, start + w, &mut os);
         }
     }
 }

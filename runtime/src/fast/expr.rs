@@ -13,8 +13,9 @@
 //! Programs are built with [`ExprBuilder`] (constant folding, common-subexpression merging, dead
 //! code removal and register allocation by liveness happen in [`ExprBuilder::finish`]).
 //! On x86-64 the block loops run in an AVX-512- or AVX2-compiled copy of the evaluator, picked
-//! at run time; the math never uses FMA (and Rust never contracts `a * b + c` into one), so
-//! every copy gives bitwise-identical results.
+//! at run time; the compiler never contracts `a * b + c` into an FMA, and the math's explicit
+//! fused multiply-adds are exactly rounded in every copy, so every copy gives bitwise-identical
+//! results.
 
 use super::math;
 use super::simd;
@@ -385,21 +386,46 @@ pub fn apply_bin(op: BinOp, x: f32, y: f32) -> f32 {
 // The loops are macros, not generic functions taking closures: closures are not always
 // inlined, and an element-wise call blocks vectorization. `apply_*` are `#[inline(always)]`,
 // so each arm is one monomorphic loop that vectorizes on its own.
+//
+// The main loop works on [`ILP`] elements at a time (a fixed-size inner loop the compiler
+// unrolls into several independent vectors), so that long polynomial chains (exp, erf) of
+// neighbouring vectors overlap instead of waiting on each other's latency.
 macro_rules! map1 {
-    ($d:expr, $a:expr, |$x:ident| $body:expr) => {
-        for (o, &$x) in $d.iter_mut().zip($a) {
+    ($d:expr, $a:expr, |$x:ident| $body:expr) => {{
+        let mut dc = $d.chunks_exact_mut(ILP);
+        let mut ac = $a.chunks_exact(ILP);
+        for (o, a) in (&mut dc).zip(&mut ac) {
+            for i in 0..ILP {
+                let $x = a[i];
+                o[i] = $body;
+            }
+        }
+        for (o, &$x) in dc.into_remainder().iter_mut().zip(ac.remainder()) {
             *o = $body;
         }
-    };
+    }};
 }
 
 macro_rules! map2 {
-    ($d:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
-        for (o, (&$x, &$y)) in $d.iter_mut().zip($a.iter().zip($b)) {
+    ($d:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {{
+        let mut dc = $d.chunks_exact_mut(ILP);
+        let mut ac = $a.chunks_exact(ILP);
+        let mut bc = $b.chunks_exact(ILP);
+        for ((o, a), b) in (&mut dc).zip(&mut ac).zip(&mut bc) {
+            for i in 0..ILP {
+                let ($x, $y) = (a[i], b[i]);
+                o[i] = $body;
+            }
+        }
+        let rest = ac.remainder().iter().zip(bc.remainder());
+        for (o, (&$x, &$y)) in dc.into_remainder().iter_mut().zip(rest) {
             *o = $body;
         }
-    };
+    }};
 }
+
+/// Elements per step of the [`map1`]/[`map2`] loops: four AVX2 or two AVX-512 vectors.
+const ILP: usize = 32;
 
 #[inline(always)]
 fn run_un(op: UnOp, d: &mut [f32], a: &[f32]) {
@@ -462,6 +488,11 @@ fn run_powi(d: &mut [f32], a: &[f32], n: i32) {
 
 /// The iteration space with unit dimensions dropped and mergeable neighbours merged, and each
 /// leaf's strides over it (at least one dimension).
+/// An expression's iteration plan (see [`Expr::plan`]).
+#[derive(Clone, Debug)]
+pub struct EvalPlan(Plan);
+
+#[derive(Clone, Debug)]
 struct Plan {
     dims: Vec<usize>,
     strides: Vec<Vec<i64>>,
@@ -770,8 +801,49 @@ impl Expr {
         for o in outs.iter() {
             assert!(o.len() >= end - start, "output buffer too short");
         }
-        let mut plan = Plan::new(self);
+        self.eval_range_planned(
+            &mut EvalPlan(Plan::new(self)),
+            srcs,
+            shift,
+            start,
+            end,
+            outs,
+        )
+    }
+
+    /// The iteration plan of [`eval_range_planned`](Expr::eval_range_planned), built once for
+    /// many calls (one per row of a tile, say).
+    pub fn plan(&self) -> EvalPlan {
+        EvalPlan(Plan::new(self))
+    }
+
+    /// [`eval_range_shifted`](Expr::eval_range_shifted) with a plan from
+    /// [`plan`](Expr::plan) of this expression (its offsets are rewritten for `shift`).
+    pub fn eval_range_planned(
+        &self,
+        plan: &mut EvalPlan,
+        srcs: &[Src<'_>],
+        shift: &[i64],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        assert_eq!(outs.len(), self.outputs.len(), "one buffer per output");
+        assert_eq!(
+            plan.0.offsets.len(),
+            self.leaves.len(),
+            "a plan of this expression"
+        );
+        let end = end.min(self.numel());
+        if start >= end {
+            return;
+        }
+        for o in outs.iter() {
+            assert!(o.len() >= end - start, "output buffer too short");
+        }
+        let plan = &mut plan.0;
         for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
+            *o = l.offset;
             if let LeafSrc::Slot { slot, .. } = l.src {
                 *o -= shift.get(slot as usize).copied().unwrap_or(0);
             }
@@ -781,7 +853,7 @@ impl Expr {
             if regs.len() < self.num_regs as usize {
                 regs.resize_with(self.num_regs as usize, || vec![0.0; BLOCK]);
             }
-            eval_blocks(self, &plan, srcs, start, end, outs, &mut regs);
+            eval_blocks(self, plan, srcs, start, end, outs, &mut regs);
             *cell.borrow_mut() = regs;
         });
     }

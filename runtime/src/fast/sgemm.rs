@@ -318,6 +318,20 @@ pub fn arch_for(m: usize) -> Arch {
             name: "avx512",
         };
     }
+    // AVX2: 4 x 16 where 6-row tiles would pad more than a sixteenth of the rows (m = 32:
+    // 36 rows computed) and 4-row ones pad fewer.
+    #[cfg(target_arch = "x86_64")]
+    if a.name == "avx2"
+        && m.next_multiple_of(4) < m.next_multiple_of(6)
+        && (m.next_multiple_of(6) - m) * 16 > m
+    {
+        return Arch {
+            mr: 4,
+            nr: 16,
+            kernel: x86::kernel_4x16,
+            name: "avx2",
+        };
+    }
     let _ = m;
     a
 }
@@ -489,37 +503,86 @@ mod x86 {
         u
     }
 
-    /// 6 x 16 with AVX2 and FMA: 12 `ymm` accumulators.
+    /// An `MR x 16` AVX2+FMA micro-kernel (`2 MR` `ymm` accumulators) and its variant with an
+    /// implicit `B`, whose row `l` is the 16 floats at `b + offs[l]` (see `gemm_indirect`).
+    macro_rules! avx2_kernel {
+        ($name:ident, $indirect:ident, $mr:literal, $($i:literal)*) => {
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
+            pub(super) unsafe fn $name(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                accumulate: bool,
+                m: usize,
+                n: usize,
+            ) {
+                let mut acc = [_mm256_setzero_ps(); 2 * $mr];
+                let (mut ap, mut bp) = (a, b);
+                for _ in 0..kc {
+                    let b0 = _mm256_loadu_ps(bp);
+                    let b1 = _mm256_loadu_ps(bp.add(8));
+                    $(
+                        let x = _mm256_set1_ps(*ap.add($i));
+                        acc[2 * $i] = _mm256_fmadd_ps(x, b0, acc[2 * $i]);
+                        acc[2 * $i + 1] = _mm256_fmadd_ps(x, b1, acc[2 * $i + 1]);
+                    )*
+                    ap = ap.add($mr);
+                    bp = bp.add(16);
+                }
+                store_x16(&acc, c, ldc, accumulate, m, n);
+            }
+
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)] // the micro-kernel signature, plus the offsets
+            pub(super) unsafe fn $indirect(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                offs: *const usize,
+                c: *mut f32,
+                ldc: usize,
+                accumulate: bool,
+                m: usize,
+            ) {
+                let mut acc = [_mm256_setzero_ps(); 2 * $mr];
+                let mut ap = a;
+                for l in 0..kc {
+                    let bp = b.add(*offs.add(l));
+                    let b0 = _mm256_loadu_ps(bp);
+                    let b1 = _mm256_loadu_ps(bp.add(8));
+                    $(
+                        let x = _mm256_set1_ps(*ap.add($i));
+                        acc[2 * $i] = _mm256_fmadd_ps(x, b0, acc[2 * $i]);
+                        acc[2 * $i + 1] = _mm256_fmadd_ps(x, b1, acc[2 * $i + 1]);
+                    )*
+                    ap = ap.add($mr);
+                }
+                store_x16(&acc, c, ldc, accumulate, m, 16);
+            }
+        };
+    }
+
+    avx2_kernel!(kernel_6x16, kernel_6x16_indirect, 6, 0 1 2 3 4 5);
+    avx2_kernel!(kernel_4x16, kernel_4x16_indirect, 4, 0 1 2 3);
+
+    /// Stores (or adds) the first `m` rows and `n` columns of an accumulator tile of 16-column
+    /// rows (two `ymm` per row).
     #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
-    pub(super) unsafe fn kernel_6x16(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
+    #[inline]
+    unsafe fn store_x16(
+        acc: &[__m256],
         c: *mut f32,
         ldc: usize,
         accumulate: bool,
         m: usize,
         n: usize,
     ) {
-        let mut acc = [_mm256_setzero_ps(); 12];
-        let (mut ap, mut bp) = (a, b);
-        for _ in 0..kc {
-            let b0 = _mm256_loadu_ps(bp);
-            let b1 = _mm256_loadu_ps(bp.add(8));
-            macro_rules! row {
-                ($($i:literal)*) => {$(
-                    let x = _mm256_set1_ps(*ap.add($i));
-                    acc[2 * $i] = _mm256_fmadd_ps(x, b0, acc[2 * $i]);
-                    acc[2 * $i + 1] = _mm256_fmadd_ps(x, b1, acc[2 * $i + 1]);
-                )*};
-            }
-            row!(0 1 2 3 4 5);
-            ap = ap.add(6);
-            bp = bp.add(16);
-        }
-        if m == 6 && n == 16 {
-            for i in 0..6 {
+        let rows = m.min(acc.len() / 2);
+        if n == 16 {
+            for i in 0..rows {
                 let p = c.add(i * ldc);
                 let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
                 if accumulate {
@@ -532,7 +595,7 @@ mod x86 {
             return;
         }
         let mut tile = [0f32; 16];
-        for i in 0..m.min(6) {
+        for i in 0..rows {
             _mm256_storeu_ps(tile.as_mut_ptr(), acc[2 * i]);
             _mm256_storeu_ps(tile.as_mut_ptr().add(8), acc[2 * i + 1]);
             let p = c.add(i * ldc);
@@ -541,6 +604,57 @@ mod x86 {
             }
         }
     }
+}
+
+/// An implicit product on AVX2 CPUs: `C = A @ B`, `A` packed as [`PackedA`] (`m x k`) and `B`
+/// (`k x 16 * bases.len()`) never materialized: its element `(l, 16 jb + j)` is
+/// `*(bases[jb] + offs[l] + j)`. A stride-1 convolution reads its taps this way straight from a zero-padded input (no
+/// im2col copy). `k` is split in blocks of [`kc_for`] as the packed `A` is, so the sums are
+/// the same as those of [`gemm`] on the materialized `B`. Returns `false` (nothing done)
+/// when this CPU has no such kernel.
+///
+/// # Safety
+/// `a` must be packed for `m x k`; every `bases[jb] + offs[l] + 0..16` readable; `C` (`m`
+/// rows of `16 * bases.len()` at row stride `ldc`) writable and disjoint from the rest.
+pub unsafe fn gemm_indirect(
+    a: &PackedA,
+    bases: &[*const f32],
+    offs: &[usize],
+    c: *mut f32,
+    ldc: usize,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if arch_for(a.m).name == "avx2" && offs.len() == a.k {
+        let (m, k, mr) = (a.m, a.k, arch_for(a.m).mr);
+        let kernel = if mr == 4 {
+            x86::kernel_4x16_indirect
+        } else {
+            x86::kernel_6x16_indirect
+        };
+        let mp = m.next_multiple_of(mr);
+        let kb = kc_for(k);
+        for p0 in (0..k).step_by(kb) {
+            let kc = kb.min(k - p0);
+            let blk = a.as_ptr().add(p0 * mp);
+            for (jb, &base) in bases.iter().enumerate() {
+                for qi in 0..m.div_ceil(mr) {
+                    kernel(
+                        kc,
+                        blk.add(qi * mr * kc),
+                        base,
+                        offs.as_ptr().add(p0),
+                        c.add(qi * mr * ldc + jb * 16),
+                        ldc,
+                        p0 > 0,
+                        mr.min(m - qi * mr),
+                    );
+                }
+            }
+        }
+        return true;
+    }
+    let _ = (a, bases, offs, c, ldc);
+    false
 }
 
 /// Per-thread packing buffers, reused across calls.

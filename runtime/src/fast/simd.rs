@@ -2,20 +2,22 @@
 //! their hot loops (one per instruction set, picked when they run).
 
 /// Defines a function that runs `$body` (an `#[inline(always)]` function with the same
-/// parameters) in the best copy compiled for this CPU: AVX-512 (F/BW/DQ/VL), AVX2, or the
-/// baseline. The copies differ only in the instructions the compiler may use; none of them
-/// contracts `a * b + c` into an FMA, so they give the same bits.
+/// parameters) in the best copy compiled for this CPU: AVX-512 (F/BW/DQ/VL, with FMA), AVX2
+/// with FMA, or the baseline. The copies differ only in the instructions the compiler may use;
+/// the compiler never contracts `a * b + c` on its own, and the explicit `mul_add`s of
+/// [`super::math`] are exactly rounded everywhere (an instruction in the SIMD copies, the C
+/// library's `fmaf` in the baseline one), so every copy gives the same bits.
 macro_rules! multiversion {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $body:path) => {
         $(#[$m])*
         $vis fn $name($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
                 unsafe fn avx512($($arg: $ty),*) {
                     $body($($arg),*)
                 }
-                #[target_feature(enable = "avx2")]
+                #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) {
                     $body($($arg),*)
                 }
@@ -43,15 +45,18 @@ pub fn has_avx512() -> bool {
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512dq")
             && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("fma")
             && std::env::var_os("FXHLO_NO_AVX512").is_none()
     })
 }
 
-/// Whether the CPU runs the AVX2 copies, checked once.
+/// Whether the CPU runs the AVX2 copies (AVX2 and FMA, as `x86-64-v3`), checked once.
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx2() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| std::is_x86_feature_detected!("avx2"))
+    *HAS.get_or_init(|| {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    })
 }
 
 /// `dst.copy_from_slice(src)` for the short runs of im2col and packing (up to 48 elements), as
@@ -118,6 +123,90 @@ pub unsafe fn zero_avx512(dst: &mut [f32]) {
     }
 }
 
+/// `dst.copy_from_slice(src)` for short runs (up to 32 elements) as AVX2 moves inlined into the
+/// caller, as [`copy_avx512`] does with AVX-512; longer runs call the library.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub unsafe fn copy_avx2(dst: &mut [f32], src: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len().min(src.len());
+    if n > 32 {
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
+    let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+    // Full vectors, then the tail as one more (overlapping) vector, in straight-line code (a
+    // loop would be turned into a `memcpy` call).
+    if n >= 8 {
+        _mm256_storeu_ps(d, _mm256_loadu_ps(s));
+        if n >= 16 {
+            _mm256_storeu_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
+        }
+        if n >= 24 {
+            _mm256_storeu_ps(d.add(16), _mm256_loadu_ps(s.add(16)));
+        }
+        if n == 32 {
+            _mm256_storeu_ps(d.add(24), _mm256_loadu_ps(s.add(24)));
+        }
+        if !n.is_multiple_of(8) {
+            _mm256_storeu_ps(d.add(n - 8), _mm256_loadu_ps(s.add(n - 8)));
+        }
+    } else if n >= 4 {
+        _mm_storeu_ps(d, _mm_loadu_ps(s));
+        _mm_storeu_ps(d.add(n - 4), _mm_loadu_ps(s.add(n - 4)));
+    } else if n >= 2 {
+        (d as *mut u64).write_unaligned((s as *const u64).read_unaligned());
+        (d.add(n - 2) as *mut u64).write_unaligned((s.add(n - 2) as *const u64).read_unaligned());
+    } else if n == 1 {
+        *d = *s;
+    }
+}
+
+/// `dst.fill(0.0)` as [`copy_avx2`] does copies.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub unsafe fn zero_avx2(dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len();
+    if n > 32 {
+        dst.fill(0.0);
+        return;
+    }
+    let d = dst.as_mut_ptr();
+    if n >= 8 {
+        let z = _mm256_setzero_ps();
+        _mm256_storeu_ps(d, z);
+        if n >= 16 {
+            _mm256_storeu_ps(d.add(8), z);
+        }
+        if n >= 24 {
+            _mm256_storeu_ps(d.add(16), z);
+        }
+        if n == 32 {
+            _mm256_storeu_ps(d.add(24), z);
+        }
+        if !n.is_multiple_of(8) {
+            _mm256_storeu_ps(d.add(n - 8), z);
+        }
+    } else if n >= 4 {
+        _mm_storeu_ps(d, _mm_setzero_ps());
+        _mm_storeu_ps(d.add(n - 4), _mm_setzero_ps());
+    } else if n >= 2 {
+        (d as *mut u64).write_unaligned(0);
+        (d.add(n - 2) as *mut u64).write_unaligned(0);
+    } else if n == 1 {
+        *d = 0.0;
+    }
+}
+
 /// How a kernel body copies and clears short runs of `f32` (a type parameter, so each
 /// compiled copy of the body inlines its own moves).
 pub trait Moves {
@@ -156,5 +245,23 @@ impl Moves for Avx512Moves {
     fn zero(dst: &mut [f32]) {
         // SAFETY: as above.
         unsafe { zero_avx512(dst) }
+    }
+}
+
+/// AVX2 moves; only used inside functions compiled for AVX2 on CPUs that have it.
+#[cfg(target_arch = "x86_64")]
+pub struct Avx2Moves;
+
+#[cfg(target_arch = "x86_64")]
+impl Moves for Avx2Moves {
+    #[inline(always)]
+    fn copy(dst: &mut [f32], src: &[f32]) {
+        // SAFETY: this type is only used by code paths taken when `has_avx2()` holds.
+        unsafe { copy_avx2(dst, src) }
+    }
+    #[inline(always)]
+    fn zero(dst: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { zero_avx2(dst) }
     }
 }
