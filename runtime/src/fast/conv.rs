@@ -250,7 +250,7 @@ impl ConvSpec {
             && cin_g > 1
             && self.ow.is_multiple_of(16)
             && self.oh * self.ow > SMALL_OUTPUT
-            && sgemm::arch().name == "avx2"
+            && matches!(sgemm::arch().name, "avx2" | "avx512")
     }
 
     fn is_pointwise(&self) -> bool {

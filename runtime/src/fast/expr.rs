@@ -486,12 +486,20 @@ fn run_powi(d: &mut [f32], a: &[f32], n: i32) {
     }
 }
 
+/// An expression's iteration plan (see [`Expr::plan`]) and the register blocks its calls use.
+#[derive(Clone, Debug)]
+pub struct EvalPlan(Plan, Vec<Vec<f32>>);
+
+impl Drop for EvalPlan {
+    /// Hands the register blocks back to this thread for the next plan.
+    fn drop(&mut self) {
+        let regs = std::mem::take(&mut self.1);
+        let _ = SCRATCH.try_with(|cell| *cell.borrow_mut() = regs);
+    }
+}
+
 /// The iteration space with unit dimensions dropped and mergeable neighbours merged, and each
 /// leaf's strides over it (at least one dimension).
-/// An expression's iteration plan (see [`Expr::plan`]).
-#[derive(Clone, Debug)]
-pub struct EvalPlan(Plan);
-
 #[derive(Clone, Debug)]
 struct Plan {
     dims: Vec<usize>,
@@ -793,20 +801,19 @@ impl Expr {
         end: usize,
         outs: &mut [&mut [f32]],
     ) {
-        self.eval_range_planned(
-            &mut EvalPlan(Plan::new(self)),
-            srcs,
-            shift,
-            start,
-            end,
-            outs,
-        )
+        self.eval_range_planned(&mut self.plan(), srcs, shift, start, end, outs)
     }
 
     /// The iteration plan of [`eval_range_planned`](Expr::eval_range_planned), built once for
     /// many calls (one per row of a tile, say).
     pub fn plan(&self) -> EvalPlan {
-        EvalPlan(Plan::new(self))
+        // The register blocks come from this thread's scratch (returned when the plan drops),
+        // so the calls of a plan touch no thread-local state.
+        let mut regs = SCRATCH.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
+        if regs.len() < self.num_regs as usize {
+            regs.resize_with(self.num_regs as usize, || vec![0.0; BLOCK]);
+        }
+        EvalPlan(Plan::new(self), regs)
     }
 
     /// [`eval_range_shifted`](Expr::eval_range_shifted) with a plan from
@@ -833,21 +840,14 @@ impl Expr {
         for o in outs.iter() {
             assert!(o.len() >= end - start, "output buffer too short");
         }
-        let plan = &mut plan.0;
+        let EvalPlan(plan, regs) = plan;
         for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
             *o = l.offset;
             if let LeafSrc::Slot { slot, .. } = l.src {
                 *o -= shift.get(slot as usize).copied().unwrap_or(0);
             }
         }
-        SCRATCH.with(|cell| {
-            let mut regs = std::mem::take(&mut *cell.borrow_mut());
-            if regs.len() < self.num_regs as usize {
-                regs.resize_with(self.num_regs as usize, || vec![0.0; BLOCK]);
-            }
-            eval_blocks(self, plan, srcs, start, end, outs, &mut regs);
-            *cell.borrow_mut() = regs;
-        });
+        eval_blocks(self, plan, srcs, start, end, outs, regs);
     }
 
     #[inline(always)]
@@ -860,11 +860,19 @@ impl Expr {
         outs: &mut [&mut [f32]],
         regs: &mut [Vec<f32>],
     ) {
-        let mut idx = vec![0usize; plan.dims.len()];
+        // The multi-index, on the stack for the usual ranks.
+        let mut small = [0usize; 8];
+        let mut big = vec![];
+        let idx: &mut [usize] = if plan.dims.len() <= small.len() {
+            &mut small[..plan.dims.len()]
+        } else {
+            big.resize(plan.dims.len(), 0);
+            &mut big
+        };
         let mut pos = start;
         while pos < end {
             let n = (end - pos).min(BLOCK);
-            plan.unflatten(pos, &mut idx);
+            plan.unflatten(pos, idx);
             for inst in &self.insts {
                 let mut d = std::mem::take(&mut regs[inst.dst as usize]);
                 let dst = &mut d[..n];
@@ -872,7 +880,7 @@ impl Expr {
                     InstOp::Load(l) => {
                         let l = l as usize;
                         let (src, off) = (self.leaves[l].src, plan.offsets[l]);
-                        load(src, off, &plan.strides[l], &plan.dims, &idx, srcs, dst);
+                        load(src, off, &plan.strides[l], &plan.dims, idx, srcs, dst);
                     }
                     InstOp::Const(c) => dst.fill(c),
                     InstOp::Un(op, a) => run_un(op, dst, &regs[a as usize][..n]),

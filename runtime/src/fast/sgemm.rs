@@ -390,6 +390,8 @@ mod x86 {
                 let mut acc = [_mm512_setzero_ps(); 2 * $mr];
                 let (mut ap, mut bp) = (a, b);
                 for _ in 0..kc {
+                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PF) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PF + 16) as *const i8);
                     let b0 = _mm512_loadu_ps(bp);
                     let b1 = _mm512_loadu_ps(bp.add(16));
                     $(
@@ -439,8 +441,60 @@ mod x86 {
         };
     }
 
+    const PF: usize = 32 * 16;
     avx512_kernel!(kernel_12x32, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
     avx512_kernel!(kernel_8x32, 8, 0 1 2 3 4 5 6 7);
+
+    /// An AVX-512 micro-kernel of `$mr` rows x 32 columns over an implicit `B`: row `l` is the
+    /// 16 floats at `b0 + offs[l]` then the 16 at `b1 + offs[l]` (see `gemm_indirect`); only
+    /// the first 16 columns are stored when `wide` is false.
+    macro_rules! avx512_indirect {
+        ($name:ident, $mr:literal, $($i:literal)*) => {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            #[allow(clippy::too_many_arguments)] // the micro-kernel signature, plus the offsets
+            pub(super) unsafe fn $name(
+                kc: usize,
+                a: *const f32,
+                (b0p, b1p): (*const f32, *const f32),
+                offs: *const usize,
+                c: *mut f32,
+                ldc: usize,
+                accumulate: bool,
+                (m, wide): (usize, bool),
+            ) {
+                let mut acc = [_mm512_setzero_ps(); 2 * $mr];
+                let mut ap = a;
+                for l in 0..kc {
+                    let o = *offs.add(l);
+                    let b0 = _mm512_loadu_ps(b0p.add(o));
+                    let b1 = _mm512_loadu_ps(b1p.add(o));
+                    $(
+                        let x = _mm512_set1_ps(*ap.add($i));
+                        acc[2 * $i] = _mm512_fmadd_ps(x, b0, acc[2 * $i]);
+                        acc[2 * $i + 1] = _mm512_fmadd_ps(x, b1, acc[2 * $i + 1]);
+                    )*
+                    ap = ap.add($mr);
+                }
+                for i in 0..m.min($mr) {
+                    let p = c.add(i * ldc);
+                    let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                    if accumulate {
+                        v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+                    }
+                    _mm512_storeu_ps(p, v0);
+                    if wide {
+                        if accumulate {
+                            v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+                        }
+                        _mm512_storeu_ps(p.add(16), v1);
+                    }
+                }
+            }
+        };
+    }
+
+    avx512_indirect!(kernel_12x32_indirect, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
+    avx512_indirect!(kernel_8x32_indirect, 8, 0 1 2 3 4 5 6 7);
 
     /// Packs 16 columns of a column-contiguous `B` (column `j` is `kc` floats at `src + j *
     /// cs`) into `panel` at column offset `jbase` (row stride `nr`), through 16 x 16 register
@@ -469,6 +523,42 @@ mod x86 {
         for l in l0..kc {
             for j in 0..16 {
                 *panel.add(l * nr + jbase + j) = *src.offset(j as isize * cs).add(l);
+            }
+        }
+    }
+
+    /// Packs `rows <= 16` rows of a row-contiguous `A` (row `i` is `kc` floats at `src + i *
+    /// rs`) into a panel of `mr` rows (`rows <= mr <= 16`; rows past `rows` are zero): for
+    /// each `l`, the `mr` values of column `l`, through 16 x 16 register transposes.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pack_rows16(
+        src: *const f32,
+        rs: isize,
+        rows: usize,
+        kc: usize,
+        mr: usize,
+        panel: *mut f32,
+    ) {
+        let lanes = ((1u32 << mr) - 1) as __mmask16;
+        let mut l0 = 0;
+        while l0 + 16 <= kc {
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (i, v) in r.iter_mut().enumerate().take(rows) {
+                *v = _mm512_loadu_ps(src.offset(i as isize * rs).add(l0));
+            }
+            let t = transpose16(r);
+            for (ll, v) in t.iter().enumerate() {
+                _mm512_mask_storeu_ps(panel.add((l0 + ll) * mr), lanes, *v);
+            }
+            l0 += 16;
+        }
+        for l in l0..kc {
+            for i in 0..mr {
+                *panel.add(l * mr + i) = if i < rows {
+                    *src.offset(i as isize * rs).add(l)
+                } else {
+                    0.0
+                };
             }
         }
     }
@@ -606,7 +696,7 @@ mod x86 {
     }
 }
 
-/// An implicit product on AVX2 CPUs: `C = A @ B`, `A` packed as [`PackedA`] (`m x k`) and `B`
+/// An implicit product on AVX-512 and AVX2 CPUs: `C = A @ B`, `A` packed as [`PackedA`] (`m x k`) and `B`
 /// (`k x 16 * bases.len()`) never materialized: its element `(l, 16 jb + j)` is
 /// `*(bases[jb] + offs[l] + j)`. A stride-1 convolution reads its taps this way straight from a zero-padded input (no
 /// im2col copy). `k` is split in blocks of [`kc_for`] as the packed `A` is, so the sums are
@@ -623,6 +713,38 @@ pub unsafe fn gemm_indirect(
     c: *mut f32,
     ldc: usize,
 ) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if arch_for(a.m).name == "avx512" && offs.len() == a.k {
+        let (m, k, mr) = (a.m, a.k, arch_for(a.m).mr);
+        let kernel = if mr == 8 {
+            x86::kernel_8x32_indirect
+        } else {
+            x86::kernel_12x32_indirect
+        };
+        let mp = m.next_multiple_of(mr);
+        let kb = kc_for(k);
+        for p0 in (0..k).step_by(kb) {
+            let kc = kb.min(k - p0);
+            let blk = a.as_ptr().add(p0 * mp);
+            for (jp, pair) in bases.chunks(2).enumerate() {
+                let wide = pair.len() == 2;
+                let b1 = if wide { pair[1] } else { pair[0] };
+                for qi in 0..m.div_ceil(mr) {
+                    kernel(
+                        kc,
+                        blk.add(qi * mr * kc),
+                        (pair[0], b1),
+                        offs.as_ptr().add(p0),
+                        c.add(qi * mr * ldc + jp * 32),
+                        ldc,
+                        p0 > 0,
+                        (mr.min(m - qi * mr), wide),
+                    );
+                }
+            }
+        }
+        return true;
+    }
     #[cfg(target_arch = "x86_64")]
     if arch_for(a.m).name == "avx2" && offs.len() == a.k {
         let (m, k, mr) = (a.m, a.k, arch_for(a.m).mr);
@@ -681,6 +803,20 @@ fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
     for (q, panel) in dst.chunks_mut(mr * kc).enumerate().take(mc.div_ceil(mr)) {
         let rows = mr.min(mc - q * mr);
+        #[cfg(target_arch = "x86_64")]
+        if a.cs == 1 && mr <= 16 && arch().name == "avx512" {
+            let first = a.row(r0 + q * mr);
+            // One stride for the panel's rows: no group boundary inside it.
+            let rs = if rows > 1 {
+                (a.row(r0 + q * mr + 1) as isize - first as isize) / 4
+            } else {
+                0
+            };
+            if (1..rows).all(|i| a.row(r0 + q * mr + i) == first.wrapping_offset(i as isize * rs)) {
+                x86::pack_rows16(first.add(p0), rs, rows, kc, mr, panel.as_mut_ptr());
+                continue;
+            }
+        }
         for i in 0..mr {
             if i >= rows {
                 for l in 0..kc {
