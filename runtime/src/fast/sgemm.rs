@@ -714,69 +714,73 @@ pub unsafe fn gemm_indirect(
     ldc: usize,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if arch_for(a.m).name == "avx512" && offs.len() == a.k {
-        let (m, k, mr) = (a.m, a.k, arch_for(a.m).mr);
-        let kernel = if mr == 8 {
-            x86::kernel_8x32_indirect
-        } else {
-            x86::kernel_12x32_indirect
-        };
-        let mp = m.next_multiple_of(mr);
-        let kb = kc_for(k);
-        for p0 in (0..k).step_by(kb) {
-            let kc = kb.min(k - p0);
-            let blk = a.as_ptr().add(p0 * mp);
-            for (jp, pair) in bases.chunks(2).enumerate() {
-                let wide = pair.len() == 2;
-                let b1 = if wide { pair[1] } else { pair[0] };
-                for qi in 0..m.div_ceil(mr) {
-                    kernel(
-                        kc,
-                        blk.add(qi * mr * kc),
-                        (pair[0], b1),
-                        offs.as_ptr().add(p0),
-                        c.add(qi * mr * ldc + jp * 32),
-                        ldc,
-                        p0 > 0,
-                        (mr.min(m - qi * mr), wide),
-                    );
-                }
-            }
+    {
+        let arch = arch_for(a.m);
+        if offs.len() != a.k || !matches!(arch.name, "avx512" | "avx2") {
+            return false;
         }
-        return true;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if arch_for(a.m).name == "avx2" && offs.len() == a.k {
-        let (m, k, mr) = (a.m, a.k, arch_for(a.m).mr);
-        let kernel = if mr == 4 {
-            x86::kernel_4x16_indirect
-        } else {
-            x86::kernel_6x16_indirect
+        let (m, k, mr) = (a.m, a.k, arch.mr);
+        // One micro-tile of `rows` rows over a group of 16-position bases (two on AVX-512,
+        // one on AVX2; a last group may be narrower).
+        let tile = |kc: usize,
+                    ap: *const f32,
+                    group: &[*const f32],
+                    o: *const usize,
+                    cp: *mut f32,
+                    acc: bool,
+                    rows: usize| {
+            match (arch.name, mr) {
+                ("avx512", 8) => x86::kernel_8x32_indirect(
+                    kc,
+                    ap,
+                    (group[0], group[group.len() - 1]),
+                    o,
+                    cp,
+                    ldc,
+                    acc,
+                    (rows, group.len() == 2),
+                ),
+                ("avx512", _) => x86::kernel_12x32_indirect(
+                    kc,
+                    ap,
+                    (group[0], group[group.len() - 1]),
+                    o,
+                    cp,
+                    ldc,
+                    acc,
+                    (rows, group.len() == 2),
+                ),
+                (_, 4) => x86::kernel_4x16_indirect(kc, ap, group[0], o, cp, ldc, acc, rows),
+                _ => x86::kernel_6x16_indirect(kc, ap, group[0], o, cp, ldc, acc, rows),
+            }
         };
+        let per = arch.nr / 16;
         let mp = m.next_multiple_of(mr);
         let kb = kc_for(k);
         for p0 in (0..k).step_by(kb) {
             let kc = kb.min(k - p0);
             let blk = a.as_ptr().add(p0 * mp);
-            for (jb, &base) in bases.iter().enumerate() {
+            for (jg, group) in bases.chunks(per).enumerate() {
                 for qi in 0..m.div_ceil(mr) {
-                    kernel(
+                    tile(
                         kc,
                         blk.add(qi * mr * kc),
-                        base,
+                        group,
                         offs.as_ptr().add(p0),
-                        c.add(qi * mr * ldc + jb * 16),
-                        ldc,
+                        c.add(qi * mr * ldc + jg * per * 16),
                         p0 > 0,
                         mr.min(m - qi * mr),
                     );
                 }
             }
         }
-        return true;
+        true
     }
-    let _ = (a, bases, offs, c, ldc);
-    false
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (a, bases, offs, c, ldc);
+        false
+    }
 }
 
 /// Per-thread packing buffers, reused across calls.
