@@ -720,6 +720,11 @@ pub unsafe fn gemm_indirect(
             return false;
         }
         let (m, k, mr) = (a.m, a.k, arch.mr);
+        let k512 = if mr == 8 {
+            x86::kernel_8x32_indirect
+        } else {
+            x86::kernel_12x32_indirect
+        };
         // One micro-tile of `rows` rows over a group of 16-position bases (two on AVX-512,
         // one on AVX2; a last group may be narrower).
         let tile = |kc: usize,
@@ -730,17 +735,7 @@ pub unsafe fn gemm_indirect(
                     acc: bool,
                     rows: usize| {
             match (arch.name, mr) {
-                ("avx512", 8) => x86::kernel_8x32_indirect(
-                    kc,
-                    ap,
-                    (group[0], group[group.len() - 1]),
-                    o,
-                    cp,
-                    ldc,
-                    acc,
-                    (rows, group.len() == 2),
-                ),
-                ("avx512", _) => x86::kernel_12x32_indirect(
+                ("avx512", _) => k512(
                     kc,
                     ap,
                     (group[0], group[group.len() - 1]),
