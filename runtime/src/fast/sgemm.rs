@@ -278,7 +278,11 @@ pub fn arch() -> Arch {
     *ARCH.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+            // `FXHLO_NO_AVX512` forces the AVX2 kernels here as in the other loops.
+            if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("fma")
+                && std::env::var_os("FXHLO_NO_AVX512").is_none()
+            {
                 return Arch {
                     mr: 12,
                     nr: 32,
