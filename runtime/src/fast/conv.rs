@@ -250,7 +250,7 @@ impl ConvSpec {
             && cin_g > 1
             && self.ow.is_multiple_of(16)
             && self.oh * self.ow > SMALL_OUTPUT
-            && matches!(sgemm::arch().name, "avx2" | "avx512")
+            && sgemm::has_indirect()
     }
 
     fn is_pointwise(&self) -> bool {

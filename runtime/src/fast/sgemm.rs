@@ -700,10 +700,15 @@ mod x86 {
     }
 }
 
-/// An implicit product on AVX-512 and AVX2 CPUs: `C = A @ B`, `A` packed as [`PackedA`] (`m x k`) and `B`
-/// (`k x 16 * bases.len()`) never materialized: its element `(l, 16 jb + j)` is
-/// `*(bases[jb] + offs[l] + j)`. A stride-1 convolution reads its taps this way straight from a zero-padded input (no
-/// im2col copy). `k` is split in blocks of [`kc_for`] as the packed `A` is, so the sums are
+/// Whether this CPU has the kernels of [`gemm_indirect`] (AVX-512 or AVX2).
+pub fn has_indirect() -> bool {
+    matches!(arch().name, "avx512" | "avx2")
+}
+
+/// An implicit product on AVX-512 and AVX2 CPUs: `C = A @ B`, `A` packed as [`PackedA`]
+/// (`m x k`) and `B` (`k x 16 * bases.len()`) never materialized: its element `(l, 16 jb + j)`
+/// is `*(bases[jb] + offs[l] + j)`. A stride-1 convolution reads its taps this way straight
+/// from a zero-padded input (no im2col copy). `k` is split in blocks of [`kc_for`] as the packed `A` is, so the sums are
 /// the same as those of [`gemm`] on the materialized `B`. Returns `false` (nothing done)
 /// when this CPU has no such kernel.
 ///
@@ -720,38 +725,40 @@ pub unsafe fn gemm_indirect(
     #[cfg(target_arch = "x86_64")]
     {
         let arch = arch_for(a.m);
-        if offs.len() != a.k || !matches!(arch.name, "avx512" | "avx2") {
+        if offs.len() != a.k || !has_indirect() {
             return false;
         }
         let (m, k, mr) = (a.m, a.k, arch.mr);
-        let k512 = if mr == 8 {
+        // The kernels, picked once: AVX-512 tiles read two 16-position bases, AVX2 ones one.
+        let k512 = (arch.name == "avx512").then_some(if mr == 8 {
             x86::kernel_8x32_indirect
         } else {
             x86::kernel_12x32_indirect
+        });
+        let k256 = if mr == 4 {
+            x86::kernel_4x16_indirect
+        } else {
+            x86::kernel_6x16_indirect
         };
-        // One micro-tile of `rows` rows over a group of 16-position bases (two on AVX-512,
-        // one on AVX2; a last group may be narrower).
+        // One micro-tile of `rows` rows over a group of bases (a last group may be narrower).
         let tile = |kc: usize,
                     ap: *const f32,
                     group: &[*const f32],
                     o: *const usize,
                     cp: *mut f32,
                     acc: bool,
-                    rows: usize| {
-            match (arch.name, mr) {
-                ("avx512", _) => k512(
-                    kc,
-                    ap,
-                    (group[0], group[group.len() - 1]),
-                    o,
-                    cp,
-                    ldc,
-                    acc,
-                    (rows, group.len() == 2),
-                ),
-                (_, 4) => x86::kernel_4x16_indirect(kc, ap, group[0], o, cp, ldc, acc, rows),
-                _ => x86::kernel_6x16_indirect(kc, ap, group[0], o, cp, ldc, acc, rows),
-            }
+                    rows: usize| match k512 {
+            Some(kernel) => kernel(
+                kc,
+                ap,
+                (group[0], group[group.len() - 1]),
+                o,
+                cp,
+                ldc,
+                acc,
+                (rows, group.len() == 2),
+            ),
+            None => k256(kc, ap, group[0], o, cp, ldc, acc, rows),
         };
         let per = arch.nr / 16;
         let mp = m.next_multiple_of(mr);
@@ -806,19 +813,13 @@ fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
     for (q, panel) in dst.chunks_mut(mr * kc).enumerate().take(mc.div_ceil(mr)) {
         let rows = mr.min(mc - q * mr);
+        // Rows of one group are `rs` apart: a panel inside one group goes through transposes.
+        let r = r0 + q * mr;
+        let one_group = a.group == usize::MAX || r / a.group == (r + rows - 1) / a.group;
         #[cfg(target_arch = "x86_64")]
-        if a.cs == 1 && mr <= 16 && arch().name == "avx512" {
-            let first = a.row(r0 + q * mr);
-            // One stride for the panel's rows: no group boundary inside it.
-            let rs = if rows > 1 {
-                (a.row(r0 + q * mr + 1) as isize - first as isize) / 4
-            } else {
-                0
-            };
-            if (1..rows).all(|i| a.row(r0 + q * mr + i) == first.wrapping_offset(i as isize * rs)) {
-                x86::pack_rows16(first.add(p0), rs, rows, kc, mr, panel.as_mut_ptr());
-                continue;
-            }
+        if a.cs == 1 && mr <= 16 && one_group && arch().name == "avx512" {
+            x86::pack_rows16(a.row(r).add(p0), a.rs, rows, kc, mr, panel.as_mut_ptr());
+            continue;
         }
         for i in 0..mr {
             if i >= rows {
