@@ -7,6 +7,7 @@ mod pcommon;
 
 use fxhlo::{compile, CompileOptions};
 use fxhlo_ir::Model;
+use fxhlo_runtime::fast::memory::Loc;
 use fxhlo_runtime::fast::{ExecOptions, Executor};
 use pcommon::random::random_graph;
 use pcommon::{assert_close, random_inputs, Rng};
@@ -38,6 +39,13 @@ fn random_graphs_agree_with_the_interpreter() {
                 },
             )
             .unwrap();
+            let plan = ex.memory_plan();
+            let p = &ex.artifact().header.program;
+            for s in &p.steps {
+                if s.dsts.first().map(|&v| plan.loc[v as usize]) == Some(Loc::InEpilogue) {
+                    *kinds.entry("matmul/conv in place").or_default() += 1;
+                }
+            }
             let inputs = random_inputs(&g, &mut Rng(seed * 7 + level as u64));
             let want = fxhlo_runtime::run(&model, &inputs).unwrap();
             let got = ex
@@ -51,7 +59,7 @@ fn random_graphs_agree_with_the_interpreter() {
         }
     }
     eprintln!("steps by kernel kind over the random graphs: {kinds:?}");
-    for k in ["elementwise", "reduction", "matmul"] {
+    for k in ["elementwise", "reduction", "matmul", "matmul/conv in place"] {
         assert!(
             kinds.get(k).copied().unwrap_or(0) > 20,
             "few {k} steps: {kinds:?}"

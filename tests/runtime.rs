@@ -434,6 +434,42 @@ fn matmul_and_conv_epilogues_run_in_the_products_step() {
 }
 
 #[test]
+fn fused_products_live_in_their_epilogue_results() {
+    use fxhlo_runtime::fast::memory::Loc;
+    use fxhlo_runtime::fast::Kernel;
+    // mlp: the two products under GELU are read by nothing else, so they get no buffer: each
+    // is computed into its epilogue's result and the epilogue runs there in place.
+    for (model, want) in [("mlp", 2), ("cnn", 2)] {
+        let dir = testdata().into_iter().find(|d| d.ends_with(model)).unwrap();
+        let case = load_case(&dir, None).unwrap();
+        let ex = executor(compile(&case.model, &CompileOptions::default()).unwrap(), 2);
+        let p = &ex.artifact().header.program;
+        let plan = ex.memory_plan();
+        let in_place = p
+            .steps
+            .iter()
+            .filter(|s| plan.loc[s.dsts[0] as usize] == Loc::InEpilogue)
+            .inspect(|s| {
+                assert!(matches!(
+                    &s.kernel,
+                    Kernel::Matmul {
+                        epilogue: Some(_),
+                        ..
+                    } | Kernel::Conv {
+                        epilogue: Some(_),
+                        ..
+                    }
+                ))
+            })
+            .count();
+        assert!(in_place >= want, "{model}: {in_place} products in place");
+        let got = ex.run(&case.inputs).unwrap();
+        let cmp = check_outputs(&case, &got, None).unwrap();
+        assert!(cmp.iter().all(|c| c.ok()), "{model}: {cmp:?}");
+    }
+}
+
+#[test]
 fn attention_mask_guards_run_on_fast_kernels() {
     // The `where(all masked, 0, softmax)` guard of PyTorch's attention reduces a bool mask
     // with `any`: a row reduction over bools, not a fallback.

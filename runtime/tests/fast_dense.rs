@@ -545,6 +545,54 @@ fn conv_implicit_gemm_shapes() {
     }
 }
 
+/// A ReLU applied by the convolution itself (fused into the implicit GEMM's store, or after
+/// the bias elsewhere) gives the bits of the convolution followed by `max_nan(x, 0)`, NaN
+/// included, on every path: implicit GEMM, im2col, pointwise, grouped, depthwise.
+#[test]
+fn conv_fused_relu_is_conv_then_relu() {
+    use fxhlo_runtime::fast::conv::{conv2d_prepacked, prepack_weights, Post};
+    use fxhlo_runtime::fast::math::max_nan;
+    for (x, cout, k, s, p, g, bias) in [
+        ([2, 8, 16, 16], 32, [3, 3], 1, 1, 1, true),
+        ([1, 16, 9, 32], 12, [3, 3], 1, 1, 1, false),
+        ([1, 6, 11, 13], 5, [3, 3], 2, 1, 1, true),
+        ([1, 16, 7, 7], 8, [1, 1], 1, 0, 1, true),
+        ([2, 8, 12, 16], 12, [3, 3], 1, 1, 2, true),
+        ([1, 8, 10, 10], 8, [3, 3], 1, 1, 8, true),
+    ] {
+        let spec = conv(x, cout, k, s, p, 1, g);
+        let mut xv = rnd(spec.input_len(), 21);
+        xv[5] = f32::NAN;
+        let wv = rnd(spec.weight_len(), 22);
+        let bv = rnd(spec.cout, 23);
+        let b = bias.then_some(&bv[..]);
+        let mut want = vec![0f32; spec.output_len()];
+        conv2d(&spec, &xv, &wv, b, &mut want, &|_| {});
+        for v in want.iter_mut() {
+            *v = max_nan(*v, 0.0);
+        }
+        let pk = prepack_weights(&spec, &wv);
+        let mut got = vec![f32::INFINITY; spec.output_len()];
+        let post = Post {
+            bias: b,
+            relu: true,
+        };
+        conv2d_prepacked(&spec, &xv, &wv, pk.as_ref(), post, &mut got, &|_| {});
+        let what = format!("{x:?} cout {cout} k{k:?} s{s} g{g} bias {bias}");
+        assert!(
+            want.iter().any(|v| v.is_nan()),
+            "{what}: a NaN reaches the output"
+        );
+        assert!(want.contains(&0.0), "{what}: some outputs are clamped");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{what}: element {i}: {g} vs {w}"
+            );
+        }
+    }
+}
+
 #[test]
 fn conv_odd_geometry() {
     for (x, cout, k, s, p, d, g) in [
@@ -955,7 +1003,7 @@ fn gather_errors() {
 
 #[test]
 fn conv_with_prepacked_weights_gives_the_same_bits() {
-    use fxhlo_runtime::fast::conv::{conv2d_prepacked, prepack_weights};
+    use fxhlo_runtime::fast::conv::{conv2d_prepacked, prepack_weights, Post};
     // Normal, pointwise, strided, grouped, and small outputs (run transposed: out^T).
     for (x, w, s, p, g) in [
         ([2, 8, 9, 9], [6, 8, 3, 3], 1, 1, 1),
@@ -973,7 +1021,18 @@ fn conv_with_prepacked_weights_gives_the_same_bits() {
         conv2d(&spec, &xv, &wv, Some(&bv), &mut want, &|_| {});
         let pk = prepack_weights(&spec, &wv).expect("a GEMM convolution");
         let mut got = vec![f32::NAN; spec.output_len()];
-        conv2d_prepacked(&spec, &xv, &wv, Some(&pk), Some(&bv), &mut got, &|_| {});
+        conv2d_prepacked(
+            &spec,
+            &xv,
+            &wv,
+            Some(&pk),
+            Post {
+                bias: Some(&bv),
+                relu: false,
+            },
+            &mut got,
+            &|_| {},
+        );
         assert!(
             got.iter()
                 .zip(&want)

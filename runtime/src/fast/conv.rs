@@ -278,7 +278,17 @@ pub fn conv2d(
     out: &mut [f32],
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
-    conv2d_prepacked(spec, x, w, None, bias, out, epilogue)
+    conv2d_prepacked(spec, x, w, None, Post { bias, relu: false }, out, epilogue)
+}
+
+/// What a convolution applies itself to its output, in this order, before the epilogue: the
+/// bias per output channel, then a ReLU (fused into the GEMM's store where it can).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Post<'a> {
+    /// `cout` values.
+    pub bias: Option<&'a [f32]>,
+    /// `max(x, 0)`, NaN propagating.
+    pub relu: bool,
 }
 
 /// Weights packed once for the GEMMs of a convolution (constant weights).
@@ -330,7 +340,8 @@ pub fn prepack_weights(spec: &ConvSpec, w: &[f32]) -> Option<ConvPacked> {
     Some(ConvPacked { a, wt })
 }
 
-/// [`conv2d`] with the weights packed by [`prepack_weights`] (then `w` is only checked).
+/// [`conv2d`] with the weights packed by [`prepack_weights`] (then `w` is only checked), and
+/// the bias and a ReLU as `post`.
 ///
 /// # Panics
 /// If [`ConvSpec::validate`] fails for these buffers, or `packed` does not fit the spec.
@@ -339,10 +350,11 @@ pub fn conv2d_prepacked(
     x: &[f32],
     w: &[f32],
     packed: Option<&ConvPacked>,
-    bias: Option<&[f32]>,
+    post: Post<'_>,
     out: &mut [f32],
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
+    let bias = post.bias;
     if let Some(pk) = packed {
         let (cout_g, kdim) = (
             spec.cout / spec.groups.max(1),
@@ -373,9 +385,9 @@ pub fn conv2d_prepacked(
     (0..spec.n).into_par_iter().for_each(|i| {
         let ximg = &x[i * img_in..(i + 1) * img_in];
         if cin_g == 1 {
-            depthwise_image(spec, i, ximg, w, bias, optr, epilogue);
+            depthwise_image(spec, i, ximg, w, post, optr, epilogue);
         } else {
-            gemm_image(spec, i, ximg, (w, packed), bias, optr, epilogue);
+            gemm_image(spec, i, ximg, (w, packed), post, optr, epilogue);
         }
     });
 }
@@ -386,7 +398,7 @@ fn gemm_image(
     img: usize,
     x: &[f32],
     (w, packed): (&[f32], Option<&ConvPacked>),
-    bias: Option<&[f32]>,
+    post: Post<'_>,
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
@@ -466,6 +478,8 @@ fn gemm_image(
                 }
             }
         };
+        // Whether the GEMM applied `post` as it stored the tile.
+        let mut applied = false;
         if let (Some(pad), Some(pk)) = (padded_ref, packed) {
             // Implicit GEMM: the taps of 16 consecutive positions of one output row read
             // straight from the zero-padded input.
@@ -476,10 +490,19 @@ fn gemm_image(
                     pg[(q / spec.ow) * pad.row + q % spec.ow..].as_ptr()
                 })
                 .collect();
+            let fused = sgemm::Post {
+                bias: post
+                    .bias
+                    .map_or(std::ptr::null(), |b| b[grp * cout_g..].as_ptr()),
+                relu: post.relu,
+            };
             // SAFETY: `pad` holds every tap (checked by `Padded::new`), the weights are
-            // packed for `cout_g x kdim`, and `dst` is this job's rectangle (see above).
-            let done = unsafe { sgemm::gemm_indirect(&pk.a[grp], &bases, &pad.offs, dst, p) };
+            // packed for `cout_g x kdim`, `dst` is this job's rectangle (see above), and the
+            // bias holds this group's `cout_g` rows.
+            let done =
+                unsafe { sgemm::gemm_indirect(&pk.a[grp], &bases, &pad.offs, dst, p, fused) };
             debug_assert!(done, "implicit_ok checked the kernel");
+            applied = done;
         } else if pointwise && wt.is_some() {
             transposed(Mat::new(xg[p0..].as_ptr(), 1, hw as isize));
         } else if pointwise {
@@ -511,18 +534,30 @@ fn gemm_image(
         }
         // SAFETY: this job's rectangle, as above.
         let mut tile = unsafe { Tile::new(out.get(), p, row0..row0 + cout_g, p0..p0 + nt) };
-        if let Some(b) = bias {
+        if !applied {
             for co in 0..cout_g {
-                let bv = b[grp * cout_g + co];
-                for v in tile.row(row0 + co) {
-                    *v += bv;
-                }
+                let bv = post.bias.map(|b| b[grp * cout_g + co]);
+                apply_post(tile.row(row0 + co), bv, post.relu);
             }
         }
         epilogue(&mut tile);
     });
     if let Some(p) = padded {
         PADDED.with(|b| *b.borrow_mut() = p.data);
+    }
+}
+
+/// Adds `bias` to each element of `row`, then applies the ReLU if `relu`.
+fn apply_post(row: &mut [f32], bias: Option<f32>, relu: bool) {
+    if let Some(b) = bias {
+        for v in row.iter_mut() {
+            *v += b;
+        }
+    }
+    if relu {
+        for v in row.iter_mut() {
+            *v = super::math::max_nan(*v, 0.0);
+        }
     }
 }
 
@@ -779,7 +814,7 @@ fn depthwise_image(
     img: usize,
     x: &[f32],
     w: &[f32],
-    bias: Option<&[f32]>,
+    post: Post<'_>,
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
@@ -798,7 +833,7 @@ fn depthwise_image(
         let ci = oc / cout_g;
         let plane = &x[ci * h * wd..(ci + 1) * h * wd];
         let wk = &w[oc * kh * kw..(oc + 1) * kh * kw];
-        let b0 = bias.map_or(0.0, |b| b[oc]);
+        let b0 = post.bias.map_or(0.0, |b| b[oc]);
         // Valid output column range per kx.
         let ranges: Vec<(usize, usize, isize)> = (0..kw)
             .map(|kx| {
@@ -833,6 +868,7 @@ fn depthwise_image(
                 }
             }
         }
+        apply_post(tile.row(row), None, post.relu);
         epilogue(&mut tile);
     });
 }

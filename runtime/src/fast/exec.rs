@@ -494,6 +494,8 @@ impl Executor {
                         resize(&mut buf, spec.numel());
                         DstBuf::Owned(buf)
                     }
+                    // Never written: the kernel computes it into the epilogue's result.
+                    Loc::InEpilogue => DstBuf::Owned(Buf::F32(vec![])),
                     Loc::Output(k) => match out_slots[k].take() {
                         Some(OutSlot::F32(f)) => DstBuf::OutF32(k, f),
                         Some(OutSlot::I64(f)) => DstBuf::OutI64(k, f),
@@ -528,6 +530,7 @@ impl Executor {
                 match d {
                     DstBuf::Owned(buf) => match self.plan.loc[v as usize] {
                         Loc::Arena(b) => arena[b] = buf,
+                        Loc::InEpilogue => {}
                         _ => owned[v as usize] = Some(buf),
                     },
                     DstBuf::OutF32(k, f) => out_written[k] = Some(Src::F32(f)),
@@ -588,6 +591,7 @@ impl Executor {
                 (None, None) => return None,
             },
             Loc::Owned => owned[v as usize].as_ref()?.view(spec),
+            Loc::InEpilogue => return None,
         })
     }
 
@@ -630,7 +634,12 @@ impl Executor {
                     })
                     .collect::<Result<_, _>>()?;
                 let packed = self.prepacked.get(i).and_then(Option::as_ref);
-                run_kernel(kernel, &srcs, &mut ds, packed).map_err(|e| step_err(i, step, e))
+                let in_place = step
+                    .dsts
+                    .first()
+                    .is_some_and(|&v| self.plan.loc[v as usize] == Loc::InEpilogue);
+                run_kernel(kernel, &srcs, &mut ds, packed, in_place)
+                    .map_err(|e| step_err(i, step, e))
             }
         }
     }
@@ -696,11 +705,15 @@ fn i64_src<'a>(s: &[Src<'a>], k: usize) -> Result<&'a [i64], String> {
 }
 
 /// Runs one fast kernel. Sizes were validated when the executor was made.
+/// Runs a fast kernel. With `in_place` (see [`Loc::InEpilogue`]), a matmul or convolution
+/// writes its product into its epilogue's first result (its own `C` is left unwritten) and the
+/// epilogue runs there in place.
 fn run_kernel(
     k: &Kernel,
     srcs: &[Src<'_>],
     dsts: &mut [Dst<'_>],
     packed: Option<&Prepacked>,
+    in_place: bool,
 ) -> Result<(), String> {
     match (k, dsts) {
         (Kernel::Elementwise(e), dsts) => {
@@ -722,7 +735,7 @@ fn run_kernel(
             } else {
                 None
             };
-            let epi = FusedEpilogue::new(epilogue.as_deref(), srcs, outs, c.len())?;
+            let (c, epi) = FusedEpilogue::new(epilogue.as_deref(), srcs, c, outs, in_place)?;
             let packed = match packed {
                 Some(Prepacked::MatmulB(b)) => Some(b),
                 _ => None,
@@ -746,8 +759,13 @@ fn run_kernel(
             },
             [Dst::F32(out), outs @ ..],
         ) => {
-            let b = if *bias { Some(f32_src(srcs, 2)?) } else { None };
-            let epi = FusedEpilogue::new(epilogue.as_deref(), srcs, outs, out.len())?;
+            let bias = if *bias { Some(f32_src(srcs, 2)?) } else { None };
+            let (out, mut epi) =
+                FusedEpilogue::new(epilogue.as_deref(), srcs, out, outs, in_place)?;
+            let post = super::conv::Post {
+                bias,
+                relu: epi.take_relu(),
+            };
             let packed = match packed {
                 Some(Prepacked::ConvWeights(w)) => Some(w),
                 _ => None,
@@ -757,7 +775,7 @@ fn run_kernel(
                 f32_src(srcs, 0)?,
                 f32_src(srcs, 1)?,
                 packed,
-                b,
+                post,
                 out,
                 &|t| epi.tile(t),
             );
@@ -909,65 +927,114 @@ fn check_epilogue(
 }
 
 /// A fused epilogue during one run: evaluates the expression on each finished tile of the
-/// product and writes the tile's part of every epilogue output.
+/// product and writes the tile's part of every epilogue output (in place over the tile for the
+/// first output, when the product lives there).
 struct FusedEpilogue<'a> {
     expr: Option<&'a Expr>,
     srcs: &'a [Src<'a>],
+    /// The outputs written through pointers: all of them, or all but the first when in place.
     outs: Vec<super::SendPtr>,
+    /// Whether the product's tiles lie in the first output, which the epilogue overwrites.
+    in_place: bool,
 }
 
 impl<'a> FusedEpilogue<'a> {
-    fn new(
+    /// The epilogue of a product `c` with results `outs`, and where the kernel must write the
+    /// product: `c`, or with `in_place` the first result.
+    fn new<'c>(
         epilogue: Option<&'a Epilogue>,
         srcs: &'a [Src<'a>],
-        outs: &mut [Dst<'_>],
-        product: usize,
-    ) -> Result<FusedEpilogue<'a>, String> {
+        c: &'c mut [f32],
+        outs: &'c mut [Dst<'_>],
+        in_place: bool,
+    ) -> Result<(&'c mut [f32], FusedEpilogue<'a>), String> {
         let Some(e) = epilogue.map(|e| &e.expr) else {
-            return Ok(FusedEpilogue {
+            if in_place {
+                return Err("an in-place product without an epilogue".into());
+            }
+            let none = FusedEpilogue {
                 expr: None,
                 srcs,
                 outs: vec![],
-            });
+                in_place,
+            };
+            return Ok((c, none));
         };
+        let (target, rest) = if in_place {
+            match outs {
+                [Dst::F32(first), rest @ ..] => (&mut **first, rest),
+                _ => return Err("the epilogue's first result is not f32".into()),
+            }
+        } else {
+            (c, outs)
+        };
+        let product = target.len();
         // The step's own operands are checked here; the product slot is the tile itself.
         e.validate_operands(srcs, srcs.len())?;
         if e.numel() != product || !e.reads_slot_elementwise(srcs.len() as u32) {
             return Err("the epilogue does not fit the product".into());
         }
-        let mut ptrs = Vec::with_capacity(outs.len());
-        for d in outs.iter_mut() {
+        let mut ptrs = Vec::with_capacity(rest.len());
+        for d in rest.iter_mut() {
             match d {
                 Dst::F32(o) if o.len() == product => ptrs.push(super::SendPtr(o.as_mut_ptr())),
                 _ => return Err("epilogue results must be f32 of the product's size".into()),
             }
         }
-        if ptrs.len() != e.num_outputs() {
+        if ptrs.len() + usize::from(in_place) != e.num_outputs() {
             return Err("epilogue result count".into());
         }
-        Ok(FusedEpilogue {
+        let epi = FusedEpilogue {
             expr: Some(e),
             srcs,
             outs: ptrs,
-        })
+            in_place,
+        };
+        Ok((target, epi))
+    }
+
+    /// When the epilogue is a ReLU of the product alone, written in place: drops it and
+    /// returns `true` (the kernel applies it as it stores the product).
+    fn take_relu(&mut self) -> bool {
+        let ns = self.srcs.len() as u32;
+        let relu =
+            self.in_place && self.outs.is_empty() && self.expr.is_some_and(|e| e.is_relu_of(ns));
+        if relu {
+            self.expr = None;
+        }
+        relu
     }
 
     fn tile(&self, t: &mut Tile) {
         let Some(e) = self.expr else { return };
         let (n, c0, w) = (t.n, t.cols.start, t.cols.len());
         let ns = self.srcs.len();
-        let mut shift = vec![0i64; ns + 1];
-        let t: &Tile = t;
-        let mut ext: Vec<Src<'_>> = Vec::with_capacity(ns + 1);
-        ext.extend_from_slice(self.srcs);
-        ext.push(Src::F32(&[]));
-        let mut os: Vec<&mut [f32]> = Vec::with_capacity(self.outs.len());
-        let mut plan = e.plan();
-        for r in t.rows.clone() {
+        let rows = t.rows.clone();
+        // In place, the tile's product is copied out before the epilogue overwrites it.
+        let saved = if self.in_place {
+            let mut v = Vec::with_capacity(rows.len() * w);
+            for r in rows.clone() {
+                v.extend_from_slice(t.row_ref(r));
+            }
+            v
+        } else {
+            vec![]
+        };
+        let mut product: Vec<(usize, &[f32])> = Vec::with_capacity(rows.len());
+        let mut os: Vec<&mut [f32]> = Vec::with_capacity(rows.len() * e.num_outputs());
+        for (i, r) in rows.enumerate() {
             let start = r * n + c0;
-            shift[ns] = start as i64;
-            ext[ns] = Src::F32(t.row_ref(r));
-            os.clear();
+            if self.in_place {
+                let row = t.row(r).as_mut_ptr();
+                // SAFETY: the tile's row is this call's alone (the kernels hand out every tile
+                // once) and is written only through this slice; the product was saved above.
+                os.push(unsafe { std::slice::from_raw_parts_mut(row, w) });
+                product.push((start, &saved[i * w..(i + 1) * w]));
+            } else {
+                // SAFETY: the tile is only read while the epilogue runs, and outlives it.
+                let row = unsafe { std::slice::from_raw_parts(t.row_ref(r).as_ptr(), w) };
+                product.push((start, row));
+            }
             // SAFETY: the tile's elements of each output belong to this call alone (the
             // kernels hand out every tile once), and `new` checked each output has `product`
             // elements.
@@ -976,8 +1043,11 @@ impl<'a> FusedEpilogue<'a> {
                     .iter()
                     .map(|o| unsafe { std::slice::from_raw_parts_mut(o.get().add(start), w) }),
             );
-            e.eval_range_planned(&mut plan, &ext, &shift, start, start + w, &mut os);
         }
+        let mut ext: Vec<Src<'_>> = Vec::with_capacity(ns + 1);
+        ext.extend_from_slice(self.srcs);
+        ext.push(Src::F32(&[]));
+        e.eval_rows(&mut e.plan(), &mut ext, ns as u32, &product, w, &mut os);
     }
 }
 

@@ -643,6 +643,33 @@ impl Expr {
         (leaf.offset >= 0 && self.row_major(&leaf.strides)).then_some((slot, leaf.offset as usize))
     }
 
+    /// Whether the expression is one output, `relu(x)` of operand `slot` (f32) read at the
+    /// flat index being computed: a kernel that computes the operand can apply it itself.
+    pub fn is_relu_of(&self, slot: u32) -> bool {
+        let [Inst {
+            dst: d0,
+            op: InstOp::Load(l),
+        }, Inst {
+            dst: d1,
+            op: InstOp::Un(UnOp::Relu, a),
+        }] = self.insts.as_slice()
+        else {
+            return false;
+        };
+        let Some(leaf) = self.leaves.get(*l as usize) else {
+            return false;
+        };
+        a == d0
+            && self.outputs.as_slice() == [*d1]
+            && leaf.src
+                == LeafSrc::Slot {
+                    slot,
+                    kind: LeafKind::F32,
+                }
+            && leaf.offset == 0
+            && self.row_major(&leaf.strides)
+    }
+
     /// Whether `strides` are the row-major strides of [`Expr::dims`] (unit dims aside).
     fn row_major(&self, strides: &[i64]) -> bool {
         let mut want = 1i64;
@@ -801,11 +828,25 @@ impl Expr {
         end: usize,
         outs: &mut [&mut [f32]],
     ) {
-        self.eval_range_planned(&mut self.plan(), srcs, shift, start, end, outs)
+        assert_eq!(outs.len(), self.outputs.len(), "one buffer per output");
+        let end = end.min(self.numel());
+        if start >= end {
+            return;
+        }
+        for o in outs.iter() {
+            assert!(o.len() >= end - start, "output buffer too short");
+        }
+        let EvalPlan(plan, regs) = &mut self.plan();
+        for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
+            if let LeafSrc::Slot { slot, .. } = l.src {
+                *o -= shift.get(slot as usize).copied().unwrap_or(0);
+            }
+        }
+        eval_blocks(self, plan, srcs, start, end, outs, regs);
     }
 
-    /// The iteration plan of [`eval_range_planned`](Expr::eval_range_planned), built once for
-    /// many calls (one per row of a tile, say).
+    /// The iteration plan of [`eval_rows`](Expr::eval_rows), built once for many calls (one
+    /// per tile of a product, say).
     pub fn plan(&self) -> EvalPlan {
         // The register blocks come from this thread's scratch (returned when the plan drops),
         // so the calls of a plan touch no thread-local state.
@@ -816,38 +857,78 @@ impl Expr {
         EvalPlan(Plan::new(self), regs)
     }
 
-    /// [`eval_range_shifted`](Expr::eval_range_shifted) with a plan from
-    /// [`plan`](Expr::plan) of this expression (its offsets are rewritten for `shift`).
-    pub fn eval_range_planned(
+    /// Evaluates the flat ranges `start..start + w` of `rows` (the rows of one tile of a
+    /// matmul or convolution product) in one call; operand slot `slot` is each row's own
+    /// `&[f32]` (the element at flat index `start + j` is `row[j]`), which the caller sets in
+    /// `srcs[slot]` for nothing else. Output `k` of row `i` goes to `outs[i * num_outputs + k]`.
+    /// The expression must have been validated against `srcs`, and `plan` must be this
+    /// expression's (from [`plan`](Expr::plan)).
+    ///
+    /// # Panics
+    /// If a row or an output is shorter than `w`, a row ends past the iteration space, or
+    /// `outs` does not hold one slice per row and output.
+    pub fn eval_rows<'s>(
         &self,
         plan: &mut EvalPlan,
-        srcs: &[Src<'_>],
-        shift: &[i64],
-        start: usize,
-        end: usize,
+        srcs: &mut [Src<'s>],
+        slot: u32,
+        rows: &[(usize, &'s [f32])],
+        w: usize,
         outs: &mut [&mut [f32]],
     ) {
-        assert_eq!(outs.len(), self.outputs.len(), "one buffer per output");
+        assert_eq!(
+            outs.len(),
+            rows.len() * self.outputs.len(),
+            "one slice per row and output"
+        );
         assert_eq!(
             plan.0.offsets.len(),
             self.leaves.len(),
             "a plan of this expression"
         );
-        let end = end.min(self.numel());
-        if start >= end {
+        assert!(
+            (slot as usize) < srcs.len(),
+            "slot {slot} is not an operand"
+        );
+        for &(start, row) in rows {
+            assert!(
+                row.len() >= w && start + w <= self.numel(),
+                "row out of range"
+            );
+        }
+        assert!(outs.iter().all(|o| o.len() >= w), "output buffer too short");
+        if w == 0 {
             return;
         }
-        for o in outs.iter() {
-            assert!(o.len() >= end - start, "output buffer too short");
-        }
         let EvalPlan(plan, regs) = plan;
-        for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
-            *o = l.offset;
-            if let LeafSrc::Slot { slot, .. } = l.src {
-                *o -= shift.get(slot as usize).copied().unwrap_or(0);
+        eval_row_blocks(self, plan, srcs, slot, rows, w, outs, regs);
+    }
+
+    /// The rows of [`eval_rows`](Expr::eval_rows), checked by it.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn eval_rows_generic<'s>(
+        &self,
+        plan: &mut Plan,
+        srcs: &mut [Src<'s>],
+        slot: u32,
+        rows: &[(usize, &'s [f32])],
+        w: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+    ) {
+        let no = self.outputs.len();
+        for (i, &(start, row)) in rows.iter().enumerate() {
+            srcs[slot as usize] = Src::F32(row);
+            for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
+                *o = l.offset;
+                if matches!(l.src, LeafSrc::Slot { slot: s, .. } if s == slot) {
+                    *o -= start as i64;
+                }
             }
+            let outs = &mut outs[i * no..(i + 1) * no];
+            self.eval_blocks_generic(plan, srcs, start, start + w, outs, regs);
         }
-        eval_blocks(self, plan, srcs, start, end, outs, regs);
     }
 
     #[inline(always)]
@@ -910,6 +991,21 @@ impl Expr {
             pos += n;
         }
     }
+}
+
+simd::multiversion! {
+    /// [`Expr::eval_rows_generic`] in the best compiled copy for this CPU.
+    #[allow(clippy::too_many_arguments)]
+    fn eval_row_blocks<'s>(
+        e: &Expr,
+        plan: &mut Plan,
+        srcs: &mut [Src<'s>],
+        slot: u32,
+        rows: &[(usize, &'s [f32])],
+        w: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+    ) => Expr::eval_rows_generic
 }
 
 simd::multiversion! {

@@ -3,9 +3,10 @@
 //! User inputs are read in place and outputs are written in place (the caller's memory);
 //! constants live in the executor. Intermediates of the fast element types share a small set of
 //! arena buffers assigned by liveness: a buffer is reused as soon as the last step that reads
-//! its value has run (best fit by size, per element type).
+//! its value has run (best fit by size, per element type). The product of a matmul or
+//! convolution that only its fused epilogue reads gets no buffer at all ([`Loc::InEpilogue`]).
 
-use super::program::{Program, ValueId};
+use super::program::{Kernel, Program, Step, ValueId};
 use fxhlo_ir::DType;
 
 /// Element kinds the arena holds.
@@ -54,6 +55,32 @@ pub enum Loc {
     /// A buffer of its own, allocated during the run (element types the arena does not hold,
     /// values returned more than once).
     Owned,
+    /// The product of a matmul or convolution read by nothing but the step's fused epilogue:
+    /// the kernel writes it into the epilogue's first result, and the epilogue runs there in
+    /// place, tile by tile (see [`product_in_epilogue`]).
+    InEpilogue,
+}
+
+/// Whether step `s` can compute its product (`dsts[0]`) straight into its epilogue's first
+/// result: a matmul or convolution with a fused epilogue whose first result is f32 of the
+/// product's size. The memory plan also needs the product to be read by no step and returned
+/// by none.
+pub fn product_in_epilogue(p: &Program, s: &Step) -> bool {
+    let fused = matches!(
+        &s.kernel,
+        Kernel::Matmul {
+            epilogue: Some(_),
+            ..
+        } | Kernel::Conv {
+            epilogue: Some(_),
+            ..
+        }
+    );
+    let spec = |k: usize| s.dsts.get(k).and_then(|&v| p.values.get(v as usize));
+    fused
+        && matches!((spec(0), spec(1)), (Some(c), Some(o))
+            if c.dtype == DType::F32 && o.dtype == DType::F32 && c.numel() == o.numel())
+        && s.dsts[0] != s.dsts[1]
 }
 
 /// The memory plan of a program.
@@ -112,12 +139,16 @@ impl MemoryPlan {
         let mut intermediate_bytes = 0u64;
         let mut owned_bytes = 0u64;
         for (i, s) in p.steps.iter().enumerate() {
-            for &v in &s.dsts {
+            for (k, &v) in s.dsts.iter().enumerate() {
                 let spec = &p.values[v as usize];
                 if loc[v as usize] != Loc::Owned {
                     continue;
                 }
                 intermediate_bytes += spec.bytes() as u64;
+                if k == 0 && last[v as usize].is_none() && product_in_epilogue(p, s) {
+                    loc[v as usize] = Loc::InEpilogue;
+                    continue;
+                }
                 let Some(kind) = ElemKind::of(spec.dtype) else {
                     owned_bytes += spec.bytes() as u64;
                     continue;

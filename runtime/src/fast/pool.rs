@@ -298,8 +298,16 @@ fn max_plane_body(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) {
         let mut y = y0;
         while y < y1 {
             let row = &xp[y * iw..(y + 1) * iw];
-            for kx in 0..kw {
-                if hi > lo {
+            if hi > lo && kw == 2 && sw == 2 && dw == 1 {
+                // The usual 2x2/2 window: both taps of each column from one pair of floats
+                // (contiguous loads the compiler deinterleaves).
+                let first = lo * 2 - pw;
+                let pairs = row[first..first + 2 * (hi - lo)].chunks_exact(2);
+                for (v, t) in orow[lo..hi].iter_mut().zip(pairs) {
+                    *v = math::max_nan(math::max_nan(*v, t[0]), t[1]);
+                }
+            } else {
+                for kx in (0..kw).filter(|_| hi > lo) {
                     let first = lo * sw + kx * dw - pw;
                     let taps = row[first..].iter().step_by(sw);
                     for (v, &t) in orow[lo..hi].iter_mut().zip(taps) {

@@ -373,6 +373,7 @@ unsafe fn kernel_portable(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::Post;
     use std::arch::x86_64::*;
 
     /// An AVX-512 micro-kernel of `$mr` rows x 32 columns: `2 * $mr` `zmm` accumulators, two
@@ -465,6 +466,7 @@ mod x86 {
                 ldc: usize,
                 accumulate: bool,
                 (m, wide): (usize, bool),
+                post: Post,
             ) {
                 let mut acc = [_mm512_setzero_ps(); 2 * $mr];
                 let mut ap = a;
@@ -484,17 +486,31 @@ mod x86 {
                     let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
                     if accumulate {
                         v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+                        if wide {
+                            v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+                        }
+                    }
+                    if !post.bias.is_null() {
+                        let b = _mm512_set1_ps(*post.bias.add(i));
+                        (v0, v1) = (_mm512_add_ps(v0, b), _mm512_add_ps(v1, b));
+                    }
+                    if post.relu {
+                        (v0, v1) = (relu16(v0), relu16(v1));
                     }
                     _mm512_storeu_ps(p, v0);
                     if wide {
-                        if accumulate {
-                            v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
-                        }
                         _mm512_storeu_ps(p.add(16), v1);
                     }
                 }
             }
         };
+    }
+
+    /// `max(x, 0)` propagating NaN (as [`math::max_nan`](crate::fast::math::max_nan)).
+    #[inline(always)]
+    unsafe fn relu16(x: __m512) -> __m512 {
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        _mm512_mask_mov_ps(_mm512_max_ps(x, _mm512_setzero_ps()), nan, x)
     }
 
     avx512_indirect!(kernel_12x32_indirect, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
@@ -640,6 +656,7 @@ mod x86 {
                 ldc: usize,
                 accumulate: bool,
                 m: usize,
+                post: Post,
             ) {
                 let mut acc = [_mm256_setzero_ps(); 2 * $mr];
                 let mut ap = a;
@@ -654,9 +671,37 @@ mod x86 {
                     )*
                     ap = ap.add($mr);
                 }
-                store_x16(&acc, c, ldc, accumulate, m, 16);
+                if post.is_none() {
+                    store_x16(&acc, c, ldc, accumulate, m, 16);
+                    return;
+                }
+                for i in 0..m.min($mr) {
+                    let p = c.add(i * ldc);
+                    let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                    if accumulate {
+                        v0 = _mm256_add_ps(_mm256_loadu_ps(p), v0);
+                        v1 = _mm256_add_ps(_mm256_loadu_ps(p.add(8)), v1);
+                    }
+                    if !post.bias.is_null() {
+                        let b = _mm256_set1_ps(*post.bias.add(i));
+                        (v0, v1) = (_mm256_add_ps(v0, b), _mm256_add_ps(v1, b));
+                    }
+                    if post.relu {
+                        (v0, v1) = (relu8(v0), relu8(v1));
+                    }
+                    _mm256_storeu_ps(p, v0);
+                    _mm256_storeu_ps(p.add(8), v1);
+                }
             }
         };
+    }
+
+    /// `max(x, 0)` propagating NaN (as [`math::max_nan`](crate::fast::math::max_nan)).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn relu8(x: __m256) -> __m256 {
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+        _mm256_blendv_ps(_mm256_max_ps(x, _mm256_setzero_ps()), x, nan)
     }
 
     avx2_kernel!(kernel_6x16, kernel_6x16_indirect, 6, 0 1 2 3 4 5);
@@ -712,15 +757,20 @@ pub fn has_indirect() -> bool {
 /// the same as those of [`gemm`] on the materialized `B`. Returns `false` (nothing done)
 /// when this CPU has no such kernel.
 ///
+/// `post` is applied to `C` as it is stored after the last panel of `k`: a bias per row of
+/// `C`, then a ReLU.
+///
 /// # Safety
 /// `a` must be packed for `m x k`; every `bases[jb] + offs[l] + 0..16` readable; `C` (`m`
-/// rows of `16 * bases.len()` at row stride `ldc`) writable and disjoint from the rest.
+/// rows of `16 * bases.len()` at row stride `ldc`) writable and disjoint from the rest; a
+/// `post` bias readable for `m` rows.
 pub unsafe fn gemm_indirect(
     a: &PackedA,
     bases: &[*const f32],
     offs: &[usize],
     c: *mut f32,
     ldc: usize,
+    post: Post,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -747,7 +797,8 @@ pub unsafe fn gemm_indirect(
                     o: *const usize,
                     cp: *mut f32,
                     acc: bool,
-                    rows: usize| match k512 {
+                    rows: usize,
+                    post: Post| match k512 {
             Some(kernel) => kernel(
                 kc,
                 ap,
@@ -757,8 +808,9 @@ pub unsafe fn gemm_indirect(
                 ldc,
                 acc,
                 (rows, group.len() == 2),
+                post,
             ),
-            None => k256(kc, ap, group[0], o, cp, ldc, acc, rows),
+            None => k256(kc, ap, group[0], o, cp, ldc, acc, rows, post),
         };
         let per = arch.nr / 16;
         let mp = m.next_multiple_of(mr);
@@ -766,8 +818,13 @@ pub unsafe fn gemm_indirect(
         for p0 in (0..k).step_by(kb) {
             let kc = kb.min(k - p0);
             let blk = a.as_ptr().add(p0 * mp);
+            let last = p0 + kc == k;
             for (jg, group) in bases.chunks(per).enumerate() {
                 for qi in 0..m.div_ceil(mr) {
+                    let post = match last {
+                        true => post.rows_from(qi * mr),
+                        false => Post::NONE,
+                    };
                     tile(
                         kc,
                         blk.add(qi * mr * kc),
@@ -776,6 +833,7 @@ pub unsafe fn gemm_indirect(
                         c.add(qi * mr * ldc + jg * per * 16),
                         p0 > 0,
                         mr.min(m - qi * mr),
+                        post,
                     );
                 }
             }
@@ -784,8 +842,46 @@ pub unsafe fn gemm_indirect(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (a, bases, offs, c, ldc);
+        let _ = (a, bases, offs, c, ldc, post);
         false
+    }
+}
+
+/// What a product applies to `C` as it stores the last panel (see [`gemm_indirect`]): a bias
+/// per row, then a ReLU.
+#[derive(Clone, Copy, Debug)]
+pub struct Post {
+    /// The bias of row 0 (null: none); row `i`'s is `bias + i`.
+    pub bias: *const f32,
+    /// Whether `max(x, 0)` (NaN propagating) follows.
+    pub relu: bool,
+}
+
+impl Post {
+    /// Nothing to apply.
+    pub const NONE: Post = Post {
+        bias: std::ptr::null(),
+        relu: false,
+    };
+
+    /// Whether there is nothing to apply.
+    pub fn is_none(&self) -> bool {
+        self.bias.is_null() && !self.relu
+    }
+
+    /// The same for the rows from `r` on.
+    ///
+    /// # Safety
+    /// The bias, if any, must hold more than `r` rows.
+    unsafe fn rows_from(self, r: usize) -> Post {
+        Post {
+            bias: if self.bias.is_null() {
+                self.bias
+            } else {
+                self.bias.add(r)
+            },
+            relu: self.relu,
+        }
     }
 }
 

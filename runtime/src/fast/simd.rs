@@ -33,6 +33,33 @@ macro_rules! multiversion {
             $body($($arg),*)
         }
     };
+    // The same with lifetime parameters.
+    ($(#[$m:meta])* $vis:vis fn $name:ident<$($lt:lifetime),+>($($arg:ident: $ty:ty),* $(,)?)
+        => $body:path) => {
+        $(#[$m])*
+        $vis fn $name<$($lt),+>($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+                unsafe fn avx512<$($lt),+>($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2<$($lt),+>($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                if $crate::fast::simd::has_avx512() {
+                    // SAFETY: the CPU has these features (checked just now).
+                    return unsafe { avx512($($arg),*) };
+                }
+                if $crate::fast::simd::has_avx2() {
+                    // SAFETY: as above.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
 }
 pub(crate) use multiversion;
 
