@@ -3,7 +3,10 @@
 //! - `alias`, `clone`, and `_to_copy` that keeps the dtype are forwarded to their input;
 //! - `view`, `expand` and `permute` that do not change the shape or order are dropped;
 //! - `view(view(x))` becomes one `view` of `x`, `permute(permute(x))` one `permute`;
-//! - `mul`/`div` by a scalar 1 and `add`/`sub` of a scalar 0 are dropped when the type is kept.
+//! - `mul`/`div` by a scalar 1 and `add`/`sub` of a scalar 0 are dropped when the type is kept;
+//! - `full_like(x)` of a static shape becomes `full(shape)`: it reads only `x`'s type, and as a
+//!   data dependency it would tie its kernel to `x`'s (a `where(mask, 0, softmax)` guard then
+//!   keeps the softmax out of the kernel that writes the result).
 
 use crate::{Changed, Cx, Pass};
 use fxhlo_ir::{Arg, Graph, IrError, NodeKind, Op, ValueRef};
@@ -67,6 +70,19 @@ impl Pass for Canonicalize {
                 changed = true;
                 continue;
             }
+            if op == Op::FullLike {
+                let t = &g.nodes[i].results[0];
+                let shape: Option<Vec<i64>> = t.shape.iter().map(|d| d.as_static()).collect();
+                if let Some(shape) = shape {
+                    let (fill, dtype) = (arg(g, i, "fill_value"), t.dtype);
+                    let node = &mut g.nodes[i];
+                    node.kind = NodeKind::Op(Op::Full);
+                    node.args = vec![Arg::Ints(shape), fill, Arg::DType(dtype)];
+                    node.args.resize(Op::Full.info().params.len(), Arg::None);
+                    changed = true;
+                }
+                continue;
+            }
             // view(view(x)) -> view(x); permute(permute(x)) -> permute(x)
             let Some(x) = tensor(g, i, "self") else {
                 continue;
@@ -122,6 +138,20 @@ mod tests {
         let out = canon("graph {\n  %x: f32[2, 3] = input\n  %a: f32[2, 3] = aten.clone.default(%x)\n  %b: f32[2, 3] = aten.mul.Scalar(%a, other=1)\n  %c: f32[2, 3] = aten.add.Scalar(%b, other=0.0)\n  %d: f32[2, 3] = aten.permute.default(%c, dims=[0, 1])\n  %e: f32[2, 3] = aten._to_copy.default(%d, dtype=f32)\n  %f: f32[2, 3] = aten.relu.default(%e)\n  return %f\n}\n");
         assert!(out.contains("aten.relu.default(%x)"), "{out}");
         assert_eq!(out.lines().count(), 5, "{out}");
+    }
+
+    #[test]
+    fn full_like_of_a_static_shape_becomes_full() {
+        let out = canon("graph {\n  %x: f32[2, 3] = input\n  %s: f32[2, 3] = aten.exp.default(%x)\n  %z: f32[2, 3] = aten.full_like.default(%s, fill_value=0, pin_memory=false)\n  %w: f32[2, 3] = aten.add.Tensor(%s, %z)\n  return %w\n}\n");
+        assert!(
+            out.contains("%z: f32[2, 3] = aten.full.default(size=[2, 3], fill_value=0, dtype=f32)"),
+            "{out}"
+        );
+        let out = canon("graph {\n  %x: f32[2, 3] = input\n  %z: i64[2, 3] = aten.full_like.default(%x, fill_value=7, dtype=i64)\n  return %z\n}\n");
+        assert!(
+            out.contains("i64[2, 3] = aten.full.default(size=[2, 3], fill_value=7, dtype=i64)"),
+            "{out}"
+        );
     }
 
     #[test]

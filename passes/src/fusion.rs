@@ -258,6 +258,11 @@ pub fn plan(g: &Graph) -> FusionPlan {
             min: root,
         };
         owner[root] = Some(k);
+        let reserved = if is_heavy(rc) {
+            None
+        } else {
+            preferred_heavy(g, root, &users, &owner)
+        };
         if rc != Class::Other {
             let mut work: Vec<NodeId> = producers(root).into_iter().rev().collect();
             while let Some(p) = work.pop() {
@@ -277,7 +282,7 @@ pub fn plan(g: &Graph) -> FusionPlan {
                     .all(|u| b.prologue.contains(u));
                 let heavy_class = b.heavy.and_then(|h| class_of(g, h));
                 let ok = if is_heavy(pc) {
-                    b.heavy.is_none() && all_inside
+                    b.heavy.is_none() && all_inside && reserved.is_none_or(|h| h == p)
                 } else if feeds_prologue && matches!(heavy_class, Some(Class::Matmul | Class::Conv))
                 {
                     pc == Class::View
@@ -421,6 +426,60 @@ pub fn plan(g: &Graph) -> FusionPlan {
     }
 }
 
+/// The heavy producer an elementwise kernel rooted at `root` should take when it can reach
+/// several through its elementwise producers: the one with the largest result (if one is
+/// strictly the largest), whose other
+/// results then stay small kernels of their own (in `where(!any(mask), 0, softmax(x))`, the
+/// softmax, not the `any`, so the full-size softmax is never written and read back). Only
+/// when every user of that producer lies between it and the root (else the walk may not take
+/// it, and no candidate is preferred).
+fn preferred_heavy(
+    g: &Graph,
+    root: NodeId,
+    users: &[BTreeSet<NodeId>],
+    owner: &[Option<usize>],
+) -> Option<NodeId> {
+    let mut region = BTreeSet::from([root]);
+    let mut heavy = BTreeSet::new();
+    let mut work = vec![root];
+    while let Some(i) = work.pop() {
+        for p in g.nodes[i]
+            .args
+            .iter()
+            .flat_map(|a| a.values())
+            .map(|v| v.node)
+        {
+            if owner[p].is_some() || region.contains(&p) {
+                continue;
+            }
+            match class_of(g, p) {
+                Some(c) if is_heavy(c) => {
+                    heavy.insert(p);
+                }
+                Some(Class::Other) | None => {}
+                Some(_) => {
+                    region.insert(p);
+                    work.push(p);
+                }
+            }
+        }
+    }
+    if heavy.len() < 2 {
+        return None;
+    }
+    let size = |h: &NodeId| -> i64 {
+        g.nodes[*h]
+            .results
+            .iter()
+            .map(|t| t.numel().unwrap_or(0))
+            .sum()
+    };
+    let best = heavy.iter().copied().max_by_key(size)?;
+    // A tie keeps the walk's own choice.
+    let unique = heavy.iter().filter(|h| size(h) == size(&best)).count() == 1;
+    (unique && users[best].iter().all(|u| region.contains(u))).then_some(best)
+}
+
 /// Orders kernels so that each comes after the kernels whose outputs it reads (Kahn's
 /// algorithm, smallest root first among the ready ones).
 fn topo_order(kernels: Vec<Kernel>, owner: &[Option<usize>]) -> Vec<Kernel> {
@@ -555,6 +614,17 @@ mod tests {
         assert_eq!(p.kernels[0].kind, KernelKind::Matmul);
         assert_eq!(p.kernels[0].nodes.len(), 5);
         assert!(p.bytes_after < p.bytes_before, "{p}");
+    }
+
+    #[test]
+    fn an_epilogue_joins_the_producer_with_the_largest_result() {
+        // The small `amax` comes first in node order (the walk would take it); the softmax's
+        // full-size result is the one worth not writing.
+        let (_, p) = plan_of("  %x: f32[4, 8] = input\n  %a: f32[4, 1] = aten.amax.default(%x, dim=[1], keepdim=true)\n  %s: f32[4, 8] = aten._softmax.default(%x, dim=-1, half_to_float=false)\n  %o: f32[4, 8] = aten.add.Tensor(%a, %s)\n  return %o");
+        assert_eq!(p.kernels.len(), 2, "{p}");
+        let with_add = p.kernels.iter().find(|k| k.nodes.contains(&3)).unwrap();
+        assert_eq!(with_add.root, 2, "the softmax's kernel takes the add: {p}");
+        assert_eq!(with_add.outputs, vec![ValueRef::new(3, 0)], "{p}");
     }
 
     #[test]

@@ -158,6 +158,53 @@ fn matmul_odd_sizes() {
     check_matmul(&MatmulSpec::contiguous(2, 600, 520, 9), "whole 600x9x520");
 }
 
+/// A constant right operand packed ahead of time (the executor's path for linear layers)
+/// gives the bits of the unpacked product, including wide products whose column tiles share
+/// one packing of `A`, a transposed `A`, a shared `B` over a batch and several thread counts.
+#[test]
+fn matmul_with_prepacked_weights_gives_the_same_bits() {
+    use fxhlo_runtime::fast::gemm::{matmul_prepacked, prepack_b};
+    let mut cases = vec![
+        (
+            MatmulSpec::contiguous(1, 70, 1100, 300),
+            "70x300 @ 300x1100",
+        ),
+        (MatmulSpec::contiguous(1, 256, 2048, 64), "256x64 @ 64x2048"),
+        (MatmulSpec::contiguous(1, 9, 40, 5), "small"),
+    ];
+    let mut t = MatmulSpec::contiguous(1, 37, 700, 129);
+    t.a = Operand {
+        offset: 0,
+        batch_stride: 0,
+        row_stride: 1,
+        col_stride: 37,
+    };
+    cases.push((t, "A^T, 700 columns"));
+    let mut shared = MatmulSpec::contiguous(3, 20, 600, 33);
+    shared.b.batch_stride = 0;
+    cases.push((shared, "batch of 3 sharing B"));
+    for (spec, what) in cases {
+        let a = rnd(extent(&spec.a, spec.batch, spec.m, spec.k), 4);
+        let b = rnd(extent(&spec.b, spec.batch, spec.k, spec.n), 5);
+        let len = spec.batch * spec.m * spec.n;
+        let mut want = vec![0f32; len];
+        matmul(&spec, &a, &b, None, &mut want, &|_| {});
+        assert_close(&want, &naive_matmul(&spec, &a, &b, None), 1e-4, what);
+        let pk = prepack_b(&spec, &b).expect("a shared right operand");
+        for threads in [1, 2, 3] {
+            let mut got = vec![f32::NAN; len];
+            pool(threads)
+                .install(|| matmul_prepacked(&spec, &a, &b, Some(&pk), None, &mut got, &|_| {}));
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits()),
+                "{what}, {threads} threads: prepacked bits differ"
+            );
+        }
+    }
+}
+
 #[test]
 fn matmul_zero_sizes() {
     // k = 0: all zeros (then bias); m or n = 0: nothing to do.

@@ -950,13 +950,34 @@ impl Expr {
             big.resize(plan.dims.len(), 0);
             &mut big
         };
+        // Registers that are a contiguous f32 run of a source for the current block are read
+        // there, not copied: `view[r]` is its start (null: the register's own buffer).
+        let mut view_small = [std::ptr::null::<f32>(); 16];
+        let mut view_big = vec![];
+        let view: &mut [*const f32] = if regs.len() <= view_small.len() {
+            &mut view_small[..regs.len()]
+        } else {
+            view_big.resize(regs.len(), std::ptr::null());
+            &mut view_big
+        };
         let mut pos = start;
         while pos < end {
             let n = (end - pos).min(BLOCK);
             plan.unflatten(pos, idx);
             for inst in &self.insts {
+                if let InstOp::Load(l) = inst.op {
+                    let l = l as usize;
+                    let (src, off) = (self.leaves[l].src, plan.offsets[l]);
+                    if let Some(p) =
+                        contiguous(src, off, &plan.strides[l], &plan.dims, idx, srcs, n)
+                    {
+                        view[inst.dst as usize] = p;
+                        continue;
+                    }
+                }
                 let mut d = std::mem::take(&mut regs[inst.dst as usize]);
                 let dst = &mut d[..n];
+                let r = |a: u32| reg(regs, view, a, n);
                 match inst.op {
                     InstOp::Load(l) => {
                         let l = l as usize;
@@ -964,33 +985,71 @@ impl Expr {
                         load(src, off, &plan.strides[l], &plan.dims, idx, srcs, dst);
                     }
                     InstOp::Const(c) => dst.fill(c),
-                    InstOp::Un(op, a) => run_un(op, dst, &regs[a as usize][..n]),
-                    InstOp::Bin(op, a, b) => {
-                        run_bin(op, dst, &regs[a as usize][..n], &regs[b as usize][..n])
-                    }
-                    InstOp::BinC(op, a, c) => run_bin_c(op, dst, &regs[a as usize][..n], c),
-                    InstOp::CBin(op, c, a) => run_c_bin(op, dst, c, &regs[a as usize][..n]),
+                    InstOp::Un(op, a) => run_un(op, dst, r(a)),
+                    InstOp::Bin(op, a, b) => run_bin(op, dst, r(a), r(b)),
+                    InstOp::BinC(op, a, c) => run_bin_c(op, dst, r(a), c),
+                    InstOp::CBin(op, c, a) => run_c_bin(op, dst, c, r(a)),
                     InstOp::Select(c, a, b) => {
-                        let (c, a, b) = (
-                            &regs[c as usize][..n],
-                            &regs[a as usize][..n],
-                            &regs[b as usize][..n],
-                        );
+                        let (c, a, b) = (r(c), r(a), r(b));
                         for (o, ((&c, &x), &y)) in dst.iter_mut().zip(c.iter().zip(a).zip(b)) {
                             *o = if c != 0.0 { x } else { y };
                         }
                     }
-                    InstOp::PowI(a, k) => run_powi(dst, &regs[a as usize][..n], k),
+                    InstOp::PowI(a, k) => run_powi(dst, r(a), k),
                 }
                 regs[inst.dst as usize] = d;
+                view[inst.dst as usize] = std::ptr::null();
             }
             let off = pos - start;
             for (o, &r) in outs.iter_mut().zip(&self.outputs) {
-                o[off..off + n].copy_from_slice(&regs[r as usize][..n]);
+                o[off..off + n].copy_from_slice(reg(regs, view, r, n));
             }
             pos += n;
         }
     }
+}
+
+/// The first `n` values of register `a`: its own buffer, or the source run it views.
+#[inline(always)]
+fn reg<'r>(regs: &'r [Vec<f32>], view: &[*const f32], a: u32, n: usize) -> &'r [f32] {
+    let v = view[a as usize];
+    if v.is_null() {
+        &regs[a as usize][..n]
+    } else {
+        // SAFETY: `contiguous` checked that `n` floats from `v` lie in a source, which
+        // outlives the evaluation (the caller's `srcs`).
+        unsafe { std::slice::from_raw_parts(v, n) }
+    }
+}
+
+/// Where the `n` consecutive iteration elements from multi-index `idx` of an f32 leaf lie, when
+/// they are one contiguous run of its source (inner stride 1, inside one inner segment).
+#[inline(always)]
+fn contiguous(
+    src: LeafSrc,
+    offset: i64,
+    strides: &[i64],
+    dims: &[usize],
+    idx: &[usize],
+    srcs: &[Src<'_>],
+    n: usize,
+) -> Option<*const f32> {
+    let last = dims.len() - 1;
+    let LeafSrc::Slot { slot, .. } = src else {
+        return None;
+    };
+    let Src::F32(v) = srcs[slot as usize] else {
+        return None;
+    };
+    if strides[last] != 1 || dims[last] - idx[last] < n {
+        return None;
+    }
+    let mut base = offset;
+    for (&i, &s) in idx.iter().zip(strides) {
+        base += i as i64 * s;
+    }
+    let b = usize::try_from(base).ok()?;
+    v.get(b..b + n).map(<[f32]>::as_ptr)
 }
 
 simd::multiversion! {

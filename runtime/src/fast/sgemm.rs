@@ -1103,10 +1103,12 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
         }
         let (tm, tn) = (p.m.div_ceil(mr), p.n.div_ceil(nr));
         // This product's share of the tasks; columns in blocks of at most 16 panels, rows
-        // of at most 16 micro-panels, split further until the share is met.
+        // in blocks of at most 256 (a tile of `C` of at most 512 KiB stays in L2, and each
+        // panel of `B` streams from memory once per block of rows), split further until the
+        // share is met.
         let share = (want * tm * tn).div_ceil(total_tiles.max(1)).max(1);
         let mut col_tiles = tn.div_ceil(16).max(1);
-        let mut row_tiles = tm.div_ceil(16).max(1);
+        let mut row_tiles = tm.div_ceil((256 / mr).max(1)).max(1);
         while row_tiles * col_tiles < share && (row_tiles < tm || col_tiles < tn) {
             if row_tiles < tm && (row_tiles <= col_tiles || col_tiles >= tn) {
                 row_tiles += 1;
@@ -1122,6 +1124,21 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
             }
         }
     }
+    // Where several column tiles share rows, each would pack the same blocks of `A`: pack
+    // each such `A` once, by all threads, and let the tiles read it.
+    let mut problems = problems.to_vec();
+    let mut shared_a: Vec<Vec<f32>> = vec![];
+    for p in problems.iter_mut() {
+        let size = p.m.next_multiple_of(mr).saturating_mul(p.k);
+        if p.packed_a.is_null() && p.n > 16 * nr && p.k > 0 && size <= SHARED_A_MAX {
+            let mut buf = vec![0f32; size + 16];
+            let off = buf.as_ptr().align_offset(64).min(15);
+            pack_a_parallel(p, mr, &mut buf[off..off + size]);
+            p.packed_a = buf[off..].as_ptr();
+            shared_a.push(buf);
+        }
+    }
+    let problems = &problems[..];
     tasks.par_iter().for_each(|&(i, r0, mc, c0, nc)| {
         let p = &problems[i];
         let np = p.n.next_multiple_of(nr);
@@ -1144,6 +1161,33 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
             }
         });
         finish(i, r0..r0 + mc, c0..c0 + nc);
+    });
+}
+
+/// Largest `A` (floats, padded) that [`prepacked`] packs once for all its column tiles.
+const SHARED_A_MAX: usize = 16 << 20;
+
+/// Packs all of `p.a` into `dst` in the layout of [`PackedA`] for `mr`-row panels, blocks of
+/// 16 panels of one `k` block per task.
+unsafe fn pack_a_parallel(p: &Problem, mr: usize, dst: &mut [f32]) {
+    let mp = p.m.next_multiple_of(mr);
+    let kb = kc_for(p.k);
+    let mut jobs: Vec<(usize, usize, usize, &mut [f32])> = vec![];
+    let mut rest = dst;
+    for p0 in (0..p.k).step_by(kb) {
+        let kc = kb.min(p.k - p0);
+        let (blk, tail) = rest.split_at_mut(kc * mp);
+        rest = tail;
+        for (j, part) in blk.chunks_mut(16 * mr * kc).enumerate() {
+            jobs.push((p0, kc, j * 16 * mr, part));
+        }
+    }
+    let a = p.a;
+    let m = p.m;
+    jobs.into_par_iter().for_each(|(p0, kc, r0, part)| {
+        let mc = (16 * mr).min(m - r0);
+        // SAFETY: the caller's `A` is readable for `m x k`; `part` holds these panels.
+        unsafe { pack_a(&a, r0, mc, p0, kc, mr, part) }
     });
 }
 
