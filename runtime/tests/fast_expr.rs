@@ -211,6 +211,72 @@ fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Values that are the same along a whole block (per-row operands of a reduction's epilogue,
+/// per-channel ones of a convolution's) are computed once per block by the reduction path
+/// (`eval_range_shifted`); every op on them gives the bits of the element-by-element path.
+#[test]
+fn block_uniform_values_give_the_same_bits() {
+    let (rows, len) = (6usize, 1100usize);
+    let x = rand_vec(rows * len, 3);
+    let m: Vec<f32> = rand_vec(rows, 4).iter().map(|v| v.abs() + 0.1).collect();
+    let mask = [true, false, true, true, false, false];
+    let k: Vec<i64> = vec![3, -2, 0, 7, 1, -5];
+    let mut b = ExprBuilder::new(&[rows, len]);
+    let xv = b.leaf(slot(0, 0, vec![len as i64, 1]));
+    let mv = b.leaf(slot(1, 0, vec![1, 0]));
+    let bv = b.leaf(Leaf {
+        src: LeafSrc::Slot {
+            slot: 2,
+            kind: LeafKind::Bool,
+        },
+        offset: 0,
+        strides: vec![1, 0],
+    });
+    let kv = b.leaf(Leaf {
+        src: LeafSrc::Slot {
+            slot: 3,
+            kind: LeafKind::I64,
+        },
+        offset: 0,
+        strides: vec![1, 0],
+    });
+    let eps = b.bin_c(BinOp::Add, mv, 1e-5);
+    let r = b.un(UnOp::Rsqrt, eps);
+    let scaled = b.bin(BinOp::Mul, xv, r);
+    let cube = b.powi(mv, 3);
+    let shifted = b.bin(BinOp::Sub, cube, kv);
+    let picked = b.select(bv, scaled, shifted);
+    let sg = b.un(UnOp::Sigmoid, mv);
+    let all_uniform = b.select(bv, sg, cube);
+    let out = b.bin(BinOp::Add, picked, sg);
+    let e = b.finish(&[out, all_uniform, r]);
+    let srcs = [Src::F32(&x), Src::F32(&m), Src::Bool(&mask), Src::I64(&k)];
+    e.validate(&srcs).unwrap();
+    let n = rows * len;
+    let mut want = [vec![0f32; n], vec![0f32; n], vec![0f32; n]];
+    let [w0, w1, w2] = &mut want;
+    e.eval_range(&srcs, 0, n, &mut [w0, w1, w2]);
+    for (s, t) in [(0, n), (5, 3 * len + 17), (len - 3, len + 2)] {
+        let mut got = [vec![0f32; t - s], vec![0f32; t - s], vec![0f32; t - s]];
+        let [g0, g1, g2] = &mut got;
+        e.eval_range_shifted(&srcs, &[], s, t, &mut [g0, g1, g2]);
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                g.iter()
+                    .zip(&w[s..t])
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "range {s}..{t}"
+            );
+        }
+    }
+    // Spot values: row 1 is masked off.
+    let i = len + 4;
+    assert_eq!(
+        want[0][i],
+        (m[1] * m[1] * m[1] - k[1] as f32) + math::sigmoid(m[1])
+    );
+}
+
 #[test]
 fn transposed_sliced_masked_program() {
     // out[i, j] = where(x^T[i, j] > 0, x^T[i, j] * s[j % 5 + 2] , iota) with x: [40, 30].

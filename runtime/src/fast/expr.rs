@@ -813,13 +813,14 @@ impl Expr {
     /// Evaluates flat iteration indices `start..end`; output `k`'s value at flat index `i` goes
     /// to `outs[k][i - start]`. The expression must have been validated against `srcs`.
     pub fn eval_range(&self, srcs: &[Src<'_>], start: usize, end: usize, outs: &mut [&mut [f32]]) {
-        self.eval_range_shifted(srcs, &[], start, end, outs)
+        self.eval_range_with(srcs, &[], start, end, outs, false)
     }
 
     /// [`eval_range`](Expr::eval_range) where a leaf of slot `s` reads address
     /// `offset + Σ i·stride - shift[s]` (slots past `shift.len()` are not shifted): a source that
     /// holds only a window of the buffer the expression indexes, such as the rows of one
     /// block of a reduction. The caller has checked that every address read stays inside.
+    /// Values uniform over a block (a row's own reduction result) are computed once per block.
     pub fn eval_range_shifted(
         &self,
         srcs: &[Src<'_>],
@@ -827,6 +828,18 @@ impl Expr {
         start: usize,
         end: usize,
         outs: &mut [&mut [f32]],
+    ) {
+        self.eval_range_with(srcs, shift, start, end, outs, true)
+    }
+
+    fn eval_range_with(
+        &self,
+        srcs: &[Src<'_>],
+        shift: &[i64],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+        uniform: bool,
     ) {
         assert_eq!(outs.len(), self.outputs.len(), "one buffer per output");
         let end = end.min(self.numel());
@@ -842,7 +855,11 @@ impl Expr {
                 *o -= shift.get(slot as usize).copied().unwrap_or(0);
             }
         }
-        eval_blocks(self, plan, srcs, start, end, outs, regs);
+        if uniform {
+            eval_blocks_uniform(self, plan, srcs, start, end, outs, regs);
+        } else {
+            eval_blocks(self, plan, srcs, start, end, outs, regs);
+        }
     }
 
     /// The iteration plan of [`eval_rows`](Expr::eval_rows), built once for many calls (one
@@ -927,12 +944,15 @@ impl Expr {
                 }
             }
             let outs = &mut outs[i * no..(i + 1) * no];
-            self.eval_blocks_generic(plan, srcs, start, start + w, outs, regs);
+            self.eval_blocks_generic::<true>(plan, srcs, start, start + w, outs, regs);
         }
     }
 
+    /// With `UNIFORM`, registers that hold one value for the whole block (a per-channel
+    /// operand along a row of a convolution's tile, say) are computed once per block; kernels
+    /// where that never happens leave it off and keep their loops lean.
     #[inline(always)]
-    fn eval_blocks_generic(
+    fn eval_blocks_generic<const UNIFORM: bool>(
         &self,
         plan: &Plan,
         srcs: &[Src<'_>],
@@ -950,43 +970,73 @@ impl Expr {
             big.resize(plan.dims.len(), 0);
             &mut big
         };
-        // Registers that are a contiguous f32 run of a source for the current block are read
-        // there, not copied: `view[r]` is its start (null: the register's own buffer).
-        let mut view_small = [std::ptr::null::<f32>(); 16];
-        let mut view_big = vec![];
-        let view: &mut [*const f32] = if regs.len() <= view_small.len() {
-            &mut view_small[..regs.len()]
+        // A register's values for the current block: its own buffer, a contiguous f32 run of a
+        // source read in place (not copied), or one value for the whole block (a broadcast
+        // load, a constant, or an op on such values: computed once, not per element).
+        let mut state_small = [Reg::Own; 16];
+        let mut state_big = vec![];
+        let state: &mut [Reg] = if regs.len() <= state_small.len() {
+            &mut state_small[..regs.len()]
         } else {
-            view_big.resize(regs.len(), std::ptr::null());
-            &mut view_big
+            state_big.resize(regs.len(), Reg::Own);
+            &mut state_big
         };
         let mut pos = start;
         while pos < end {
             let n = (end - pos).min(BLOCK);
             plan.unflatten(pos, idx);
             for inst in &self.insts {
-                if let InstOp::Load(l) = inst.op {
-                    let l = l as usize;
-                    let (src, off) = (self.leaves[l].src, plan.offsets[l]);
-                    if let Some(p) =
-                        contiguous(src, off, &plan.strides[l], &plan.dims, idx, srcs, n)
-                    {
-                        view[inst.dst as usize] = p;
-                        continue;
+                let di = inst.dst as usize;
+                let done = match inst.op {
+                    InstOp::Load(l) => {
+                        let l = l as usize;
+                        let (src, off, st) =
+                            (self.leaves[l].src, plan.offsets[l], &plan.strides[l]);
+                        contiguous(src, off, st, &plan.dims, idx, srcs, n)
+                            .map(Reg::View)
+                            .or_else(|| {
+                                UNIFORM
+                                    .then(|| uniform(src, off, st, &plan.dims, idx, srcs, n))
+                                    .flatten()
+                            })
+                    }
+                    InstOp::Const(c) if UNIFORM => Some(Reg::Uni(c)),
+                    // Ops on block-uniform operands: one value (see `scalar`).
+                    _ if UNIFORM => scalar(&inst.op, state).map(Reg::Uni),
+                    _ => None,
+                };
+                if let Some(r) = done {
+                    state[di] = r;
+                    continue;
+                }
+                // A select reads its operands as slices (uniform ones are filled in); the
+                // other ops here have at most one uniform operand, read as a constant.
+                if let InstOp::Select(c, a, b) = inst.op {
+                    for a in [c, a, b] {
+                        fill_uniform(regs, state, a, n);
                     }
                 }
-                let mut d = std::mem::take(&mut regs[inst.dst as usize]);
+                let uni = |a: u32| match state[a as usize] {
+                    Reg::Uni(x) => Some(x),
+                    _ => None,
+                };
+                let mut d = std::mem::take(&mut regs[di]);
                 let dst = &mut d[..n];
-                let r = |a: u32| reg(regs, view, a, n);
+                let r = |a: u32| reg(regs, state, a, n);
                 match inst.op {
                     InstOp::Load(l) => {
                         let l = l as usize;
                         let (src, off) = (self.leaves[l].src, plan.offsets[l]);
                         load(src, off, &plan.strides[l], &plan.dims, idx, srcs, dst);
                     }
+                    InstOp::Bin(op, a, b) if UNIFORM => match (uni(a), uni(b)) {
+                        (None, Some(y)) => run_bin_c(op, dst, r(a), y),
+                        (Some(x), None) => run_c_bin(op, dst, x, r(b)),
+                        _ => run_bin(op, dst, r(a), r(b)),
+                    },
+                    InstOp::Bin(op, a, b) => run_bin(op, dst, r(a), r(b)),
                     InstOp::Const(c) => dst.fill(c),
                     InstOp::Un(op, a) => run_un(op, dst, r(a)),
-                    InstOp::Bin(op, a, b) => run_bin(op, dst, r(a), r(b)),
                     InstOp::BinC(op, a, c) => run_bin_c(op, dst, r(a), c),
                     InstOp::CBin(op, c, a) => run_c_bin(op, dst, c, r(a)),
                     InstOp::Select(c, a, b) => {
@@ -997,28 +1047,115 @@ impl Expr {
                     }
                     InstOp::PowI(a, k) => run_powi(dst, r(a), k),
                 }
-                regs[inst.dst as usize] = d;
-                view[inst.dst as usize] = std::ptr::null();
+                regs[di] = d;
+                state[di] = Reg::Own;
             }
             let off = pos - start;
             for (o, &r) in outs.iter_mut().zip(&self.outputs) {
-                o[off..off + n].copy_from_slice(reg(regs, view, r, n));
+                let o = &mut o[off..off + n];
+                match state[r as usize] {
+                    Reg::Uni(x) => o.fill(x),
+                    _ => o.copy_from_slice(reg(regs, state, r, n)),
+                }
             }
             pos += n;
         }
     }
 }
 
-/// The first `n` values of register `a`: its own buffer, or the source run it views.
+/// The value of an op whose operands are all block-uniform registers, computed by the same
+/// scalar functions as the vector loops (so the bits agree); `None` if one is not uniform.
+/// Kept out of line: it runs once per block, and the vector loops stay small.
+#[inline(never)]
+fn scalar(op: &InstOp, state: &[Reg]) -> Option<f32> {
+    let uni = |a: &u32| match state[*a as usize] {
+        Reg::Uni(x) => Some(x),
+        _ => None,
+    };
+    Some(match op {
+        InstOp::Load(_) => return None,
+        InstOp::Const(c) => *c,
+        InstOp::Un(op, a) => apply_un(*op, uni(a)?),
+        InstOp::Bin(op, a, b) => apply_bin(*op, uni(a)?, uni(b)?),
+        InstOp::BinC(op, a, c) => apply_bin(*op, uni(a)?, *c),
+        InstOp::CBin(op, c, a) => apply_bin(*op, *c, uni(a)?),
+        InstOp::Select(c, a, b) => {
+            let (c, x, y) = (uni(c)?, uni(a)?, uni(b)?);
+            if c != 0.0 {
+                x
+            } else {
+                y
+            }
+        }
+        InstOp::PowI(a, k) => {
+            let mut o = [0f32];
+            run_powi(&mut o, &[uni(a)?], *k);
+            o[0]
+        }
+    })
+}
+
+/// Where a register's values for the current block are (see `eval_blocks_generic`).
+#[derive(Clone, Copy, Debug)]
+enum Reg {
+    /// Its own buffer.
+    Own,
+    /// `n` floats of a source, from this address.
+    View(*const f32),
+    /// The same value at every element of the block.
+    Uni(f32),
+}
+
+/// Writes a uniform register's value into its own buffer (which a vector loop then reads).
 #[inline(always)]
-fn reg<'r>(regs: &'r [Vec<f32>], view: &[*const f32], a: u32, n: usize) -> &'r [f32] {
-    let v = view[a as usize];
-    if v.is_null() {
-        &regs[a as usize][..n]
-    } else {
+fn fill_uniform(regs: &mut [Vec<f32>], state: &mut [Reg], a: u32, n: usize) {
+    if let Reg::Uni(x) = state[a as usize] {
+        regs[a as usize][..n].fill(x);
+        state[a as usize] = Reg::Own;
+    }
+}
+
+/// The value of every one of the `n` iteration elements from multi-index `idx` of a leaf of
+/// a source that does not move along them (inner stride 0, inside one inner segment).
+#[inline(always)]
+fn uniform(
+    src: LeafSrc,
+    offset: i64,
+    strides: &[i64],
+    dims: &[usize],
+    idx: &[usize],
+    srcs: &[Src<'_>],
+    n: usize,
+) -> Option<Reg> {
+    let last = dims.len() - 1;
+    let LeafSrc::Slot { slot, .. } = src else {
+        return None;
+    };
+    if strides[last] != 0 || dims[last] - idx[last] < n {
+        return None;
+    }
+    let mut base = offset;
+    for (&i, &s) in idx.iter().zip(strides) {
+        base += i as i64 * s;
+    }
+    let b = usize::try_from(base).ok()?;
+    let x = match srcs[slot as usize] {
+        Src::F32(v) => *v.get(b)?,
+        Src::Bool(v) => f32::from(u8::from(*v.get(b)?)),
+        Src::I64(v) => *v.get(b)? as f32,
+    };
+    Some(Reg::Uni(x))
+}
+
+/// The first `n` values of register `a`: its own buffer, or the source run it views (a
+/// uniform register is filled in first, see [`fill_uniform`]).
+#[inline(always)]
+fn reg<'r>(regs: &'r [Vec<f32>], state: &[Reg], a: u32, n: usize) -> &'r [f32] {
+    match state[a as usize] {
         // SAFETY: `contiguous` checked that `n` floats from `v` lie in a source, which
         // outlives the evaluation (the caller's `srcs`).
-        unsafe { std::slice::from_raw_parts(v, n) }
+        Reg::View(v) => unsafe { std::slice::from_raw_parts(v, n) },
+        _ => &regs[a as usize][..n],
     }
 }
 
@@ -1077,7 +1214,20 @@ simd::multiversion! {
         end: usize,
         outs: &mut [&mut [f32]],
         regs: &mut [Vec<f32>],
-    ) => Expr::eval_blocks_generic
+    ) => Expr::eval_blocks_generic::<false>
+}
+
+simd::multiversion! {
+    /// [`Expr::eval_blocks_generic`] with block-uniform values, in the best compiled copy.
+    fn eval_blocks_uniform(
+        e: &Expr,
+        plan: &Plan,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+    ) => Expr::eval_blocks_generic::<true>
 }
 
 /// Loads `dst.len()` consecutive iteration elements starting at multi-index `idx0`.
