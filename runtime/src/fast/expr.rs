@@ -1115,6 +1115,30 @@ fn fill_uniform(regs: &mut [Vec<f32>], state: &mut [Reg], a: u32, n: usize) {
     }
 }
 
+/// The slot of a leaf and the address of its element at multi-index `idx`, when the leaf's
+/// inner stride is `inner` and the `n` elements from `idx` stay inside one inner segment.
+#[inline(always)]
+fn block_base(
+    src: LeafSrc,
+    offset: i64,
+    (strides, dims, idx): (&[i64], &[usize], &[usize]),
+    n: usize,
+    inner: i64,
+) -> Option<(usize, usize)> {
+    let last = dims.len() - 1;
+    let LeafSrc::Slot { slot, .. } = src else {
+        return None;
+    };
+    if strides[last] != inner || dims[last] - idx[last] < n {
+        return None;
+    }
+    let mut base = offset;
+    for (&i, &s) in idx.iter().zip(strides) {
+        base += i as i64 * s;
+    }
+    Some((slot as usize, usize::try_from(base).ok()?))
+}
+
 /// The value of every one of the `n` iteration elements from multi-index `idx` of a leaf of
 /// a source that does not move along them (inner stride 0, inside one inner segment).
 #[inline(always)]
@@ -1127,19 +1151,8 @@ fn uniform(
     srcs: &[Src<'_>],
     n: usize,
 ) -> Option<Reg> {
-    let last = dims.len() - 1;
-    let LeafSrc::Slot { slot, .. } = src else {
-        return None;
-    };
-    if strides[last] != 0 || dims[last] - idx[last] < n {
-        return None;
-    }
-    let mut base = offset;
-    for (&i, &s) in idx.iter().zip(strides) {
-        base += i as i64 * s;
-    }
-    let b = usize::try_from(base).ok()?;
-    let x = match srcs[slot as usize] {
+    let (slot, b) = block_base(src, offset, (strides, dims, idx), n, 0)?;
+    let x = match srcs[slot] {
         Src::F32(v) => *v.get(b)?,
         Src::Bool(v) => f32::from(u8::from(*v.get(b)?)),
         Src::I64(v) => *v.get(b)? as f32,
@@ -1171,21 +1184,10 @@ fn contiguous(
     srcs: &[Src<'_>],
     n: usize,
 ) -> Option<*const f32> {
-    let last = dims.len() - 1;
-    let LeafSrc::Slot { slot, .. } = src else {
+    let (slot, b) = block_base(src, offset, (strides, dims, idx), n, 1)?;
+    let Src::F32(v) = srcs[slot] else {
         return None;
     };
-    let Src::F32(v) = srcs[slot as usize] else {
-        return None;
-    };
-    if strides[last] != 1 || dims[last] - idx[last] < n {
-        return None;
-    }
-    let mut base = offset;
-    for (&i, &s) in idx.iter().zip(strides) {
-        base += i as i64 * s;
-    }
-    let b = usize::try_from(base).ok()?;
     v.get(b..b + n).map(<[f32]>::as_ptr)
 }
 
