@@ -855,11 +855,7 @@ impl Expr {
                 *o -= shift.get(slot as usize).copied().unwrap_or(0);
             }
         }
-        if uniform {
-            eval_blocks_uniform(self, plan, srcs, start, end, outs, regs);
-        } else {
-            eval_blocks(self, plan, srcs, start, end, outs, regs);
-        }
+        eval_blocks(self, plan, srcs, start, end, outs, regs, uniform);
     }
 
     /// The iteration plan of [`eval_rows`](Expr::eval_rows), built once for many calls (one
@@ -945,6 +941,26 @@ impl Expr {
             }
             let outs = &mut outs[i * no..(i + 1) * no];
             self.eval_blocks_generic::<true>(plan, srcs, start, start + w, outs, regs);
+        }
+    }
+
+    /// [`eval_blocks_generic`](Expr::eval_blocks_generic) with `UNIFORM` chosen at run time.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn eval_blocks_either(
+        &self,
+        plan: &Plan,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+        regs: &mut [Vec<f32>],
+        uniform: bool,
+    ) {
+        if uniform {
+            self.eval_blocks_generic::<true>(plan, srcs, start, end, outs, regs)
+        } else {
+            self.eval_blocks_generic::<false>(plan, srcs, start, end, outs, regs)
         }
     }
 
@@ -1207,7 +1223,9 @@ simd::multiversion! {
 }
 
 simd::multiversion! {
-    /// [`Expr::eval_blocks_generic`] in the best compiled copy for this CPU.
+    /// [`Expr::eval_blocks_generic`], with block-uniform values or without, in the best
+    /// compiled copy for this CPU.
+    #[allow(clippy::too_many_arguments)]
     fn eval_blocks(
         e: &Expr,
         plan: &Plan,
@@ -1216,20 +1234,8 @@ simd::multiversion! {
         end: usize,
         outs: &mut [&mut [f32]],
         regs: &mut [Vec<f32>],
-    ) => Expr::eval_blocks_generic::<false>
-}
-
-simd::multiversion! {
-    /// [`Expr::eval_blocks_generic`] with block-uniform values, in the best compiled copy.
-    fn eval_blocks_uniform(
-        e: &Expr,
-        plan: &Plan,
-        srcs: &[Src<'_>],
-        start: usize,
-        end: usize,
-        outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
-    ) => Expr::eval_blocks_generic::<true>
+        uniform: bool,
+    ) => Expr::eval_blocks_either
 }
 
 /// Loads `dst.len()` consecutive iteration elements starting at multi-index `idx0`.
