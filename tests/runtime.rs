@@ -476,3 +476,14 @@ fn attention_mask_guards_run_on_fast_kernels() {
     let (kinds, _) = step_kinds("transformer_encoder");
     assert!(!kinds.contains(&"fallback"), "{kinds:?}");
 }
+
+#[test]
+fn attention_reads_the_heads_of_its_projection_in_place() {
+    // q, k and v are scaled views of the packed in-projection with `batch * heads` two strides
+    // apart: the score and value products read them in place (no copies of q, k or v). The one
+    // elementwise step left gathers the heads' outputs into rows for the out-projection.
+    let (kinds, _) = step_kinds("transformer_encoder");
+    let copies = kinds.iter().filter(|k| **k == "elementwise").count();
+    assert_eq!(copies, 1, "{kinds:?}");
+    assert_eq!(&kinds[..2], ["matmul", "matmul"], "{kinds:?}");
+}

@@ -5,7 +5,9 @@
 //!   fusion roots that take their elementwise prologue and epilogue.
 //! - `mm`/`bmm`/`addmm`/`convolution` are roots that take elementwise epilogues (bias,
 //!   activation, residual add); their prologue may only be views (transposes and reshapes are
-//!   folded into the operand's indexing).
+//!   folded into the operand's indexing) and, for a matmul, `mul`s by a number (folded into its
+//!   scale). A chain of strided views feeding a matmul is recomputed in it, whatever its size,
+//!   even when other kernels read the chain too.
 //! - A kernel has at most one such root. A producer used outside the kernel is recomputed in
 //!   it when cheap (an elementwise or view op on at most [`DUPLICATE_MAX_ELEMENTS`] elements
 //!   whose operands come before the kernel), else it stays in its own kernel and is written.
@@ -14,7 +16,7 @@
 //! kernel convex, and listed in a topological order of the kernel graph.
 
 use crate::egraph::cost::{bytes, is_view};
-use fxhlo_ir::{Graph, NodeId, NodeKind, Op, ValueRef};
+use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -228,6 +230,8 @@ pub fn plan(g: &Graph) -> FusionPlan {
     };
 
     let mut owner: Vec<Option<usize>> = vec![None; n];
+    // The kernels that recompute each node.
+    let mut recomputed_by: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
     let mut built: Vec<Building> = vec![];
     for root in (0..n).rev() {
         let Some(rc) = class_of(g, root) else {
@@ -236,12 +240,15 @@ pub fn plan(g: &Graph) -> FusionPlan {
         if owner[root].is_some() {
             continue;
         }
-        // Every consumer's kernel recomputes it: no kernel of its own (adopted below).
+        // Every consumer's kernel recomputes it (a consumer recomputed itself, in kernels that
+        // all recompute this node too): no kernel of its own (adopted below).
+        let by = &recomputed_by[root];
         let recomputed_everywhere = !is_output[root]
             && !users[root].is_empty()
-            && users[root]
-                .iter()
-                .all(|u| owner[*u].is_some_and(|k| built[k].recomputed.contains(&root)));
+            && users[root].iter().all(|u| match owner[*u] {
+                Some(k) => by.contains(&k),
+                None => !recomputed_by[*u].is_empty() && recomputed_by[*u].is_subset(by),
+            });
         if recomputed_everywhere {
             continue;
         }
@@ -283,8 +290,9 @@ pub fn plan(g: &Graph) -> FusionPlan {
                 let heavy_class = b.heavy.and_then(|h| class_of(g, h));
                 let ok = if is_heavy(pc) {
                     b.heavy.is_none() && all_inside && reserved.is_none_or(|h| h == p)
-                } else if feeds_prologue && matches!(heavy_class, Some(Class::Matmul | Class::Conv))
-                {
+                } else if feeds_prologue && heavy_class == Some(Class::Matmul) {
+                    pc == Class::View || is_scale(g, p)
+                } else if feeds_prologue && heavy_class == Some(Class::Conv) {
                     pc == Class::View
                 } else {
                     true
@@ -299,12 +307,29 @@ pub fn plan(g: &Graph) -> FusionPlan {
                     if is_heavy(pc) {
                         b.heavy = Some(p);
                         b.prologue.insert(p);
-                    } else if feeds_prologue && b.heavy.is_some() && pc == Class::View {
+                    } else if feeds_prologue
+                        && b.heavy.is_some()
+                        && (pc == Class::View || is_scale(g, p))
+                    {
                         b.prologue.insert(p);
                     }
                     work.extend(producers(p).into_iter().rev());
+                } else if let Some(chain) = (feeds_prologue && heavy_class == Some(Class::Matmul))
+                    .then(|| strided_view_chain(g, p, b.min))
+                    .flatten()
+                    .filter(|c| !c.is_empty())
+                {
+                    // A matmul reads a strided view of any size in place: recompute the view
+                    // chain here instead of writing it.
+                    for q in chain {
+                        if !b.members.contains(&q) && b.recomputed.insert(q) {
+                            recomputed_by[q].insert(k);
+                            b.prologue.insert(q);
+                        }
+                    }
                 } else if !is_heavy(pc) && small(p) && producers(p).iter().all(|&q| q < b.min) {
                     b.recomputed.insert(p);
+                    recomputed_by[p].insert(k);
                     if feeds_prologue && b.heavy.is_some() {
                         b.prologue.insert(p);
                     }
@@ -423,6 +448,46 @@ pub fn plan(g: &Graph) -> FusionPlan {
         bytes_after,
         names: g.nodes.iter().map(|n| n.result_names.clone()).collect(),
         node_names: g.nodes.iter().map(|n| n.name.clone()).collect(),
+    }
+}
+
+/// Ops whose result is a strided view of their operand (a matmul reads through them in place).
+pub fn is_strided_view(op: Op) -> bool {
+    is_view(op)
+        || matches!(
+            op,
+            Op::Permute | Op::Clone | Op::SliceTensor | Op::SelectInt
+        )
+}
+
+/// Whether node `i` multiplies an `f32` tensor by a number (folded into a matmul's scale).
+pub fn is_scale(g: &Graph, i: NodeId) -> bool {
+    let n = &g.nodes[i];
+    n.op() == Some(Op::MulScalar)
+        && n.results.first().is_some_and(|t| t.dtype == DType::F32)
+        && matches!(n.arg("other"), Some(Arg::Int(_) | Arg::Float(_)))
+}
+
+/// `p` and the strided views it reads through (see [`is_strided_view`]), when every value the
+/// chain starts from is an input or a node before `min` (so recomputing the chain in a kernel
+/// whose first node is `min` keeps the kernel graph acyclic).
+fn strided_view_chain(g: &Graph, p: NodeId, min: NodeId) -> Option<Vec<NodeId>> {
+    let mut chain = vec![];
+    let mut cur = p;
+    loop {
+        let node = &g.nodes[cur];
+        match node.kind {
+            NodeKind::Input { .. } => return Some(chain),
+            NodeKind::Op(op) if is_strided_view(op) => {
+                chain.push(cur);
+                let srcs: Vec<ValueRef> = node.args.iter().flat_map(|a| a.values()).collect();
+                match srcs.as_slice() {
+                    [s] => cur = s.node,
+                    _ => return None,
+                }
+            }
+            _ => return (cur < min).then_some(chain),
+        }
     }
 }
 
@@ -614,6 +679,36 @@ mod tests {
         assert_eq!(p.kernels[0].kind, KernelKind::Matmul);
         assert_eq!(p.kernels[0].nodes.len(), 5);
         assert!(p.bytes_after < p.bytes_before, "{p}");
+    }
+
+    #[test]
+    fn matmuls_read_a_shared_view_chain_in_place() {
+        // q and k are scaled selects of one projection: both products recompute the views
+        // (of any size) and fold the scales, so only the projection is written.
+        let (_, p) = plan_of(
+            "  %x: f32[4, 6] = input
+  %b: f32[6] = input
+  %y: f32[4, 6] = aten.add.Tensor(%x, %b)
+  %v: f32[4, 2, 3] = aten.view.default(%y, size=[4, 2, 3])
+  %t: f32[2, 4, 3] = aten.permute.default(%v, dims=[1, 0, 2])
+  %q: f32[4, 3] = aten.select.int(%t, dim=0, index=0)
+  %k: f32[4, 3] = aten.select.int(%t, dim=0, index=1)
+  %qs: f32[4, 3] = aten.mul.Scalar(%q, other=0.5)
+  %kt: f32[3, 4] = aten.permute.default(%k, dims=[1, 0])
+  %s: f32[4, 4] = aten.mm.default(%qs, %kt)
+  %s2: f32[4, 4] = aten.mm.default(%q, %kt)
+  %o: f32[4, 4] = aten.add.Tensor(%s, %s2)
+  return %o",
+        );
+        let writes_y = p.kernels.iter().find(|k| k.nodes.contains(&2)).unwrap();
+        assert_eq!(writes_y.outputs, vec![ValueRef::new(2, 0)], "{p}");
+        assert_eq!(p.kernels.len(), 3, "{p}");
+        for k in p.kernels.iter().filter(|k| k.kind == KernelKind::Matmul) {
+            assert!(k.inputs.contains(&ValueRef::new(2, 0)), "{p}");
+            assert!(k.inputs.iter().all(|v| !(3..=8).contains(&v.node)), "{p}");
+        }
+        let qs = p.kernels.iter().find(|k| k.nodes.contains(&7)).unwrap();
+        assert_eq!(qs.root, 9, "the scale is in the product's prologue: {p}");
     }
 
     #[test]

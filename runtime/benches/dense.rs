@@ -95,6 +95,7 @@ fn main() {
                     batch_stride: 0,
                     row_stride: 1,
                     col_stride: k,
+                    ..Operand::default()
                 };
                 bench_matmul(threads, &format!("linear {m}x{k} @ ({n}x{k})^T"), &spec, 5);
                 if std::env::var("FXHLO_BENCH_PLAIN").is_ok() {

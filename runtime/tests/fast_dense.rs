@@ -50,7 +50,7 @@ fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
 /// The largest element index of a strided `batch x rows x cols` view, plus one.
 fn extent(o: &Operand, batch: usize, rows: usize, cols: usize) -> usize {
     o.offset
-        + (batch - 1) * o.batch_stride
+        + (0..batch).map(|b| o.batch_offset(b)).max().unwrap_or(0)
         + (rows - 1) * o.row_stride
         + (cols - 1) * o.col_stride
         + 1
@@ -65,11 +65,11 @@ fn naive_matmul(s: &MatmulSpec, a: &[f32], b: &[f32], bias: Option<&[f32]>) -> V
                 let mut acc = 0.0f64;
                 for l in 0..s.k {
                     let x = a[s.a.offset
-                        + bi * s.a.batch_stride
+                        + s.a.batch_offset(bi)
                         + i * s.a.row_stride
                         + l * s.a.col_stride];
                     let y = b[s.b.offset
-                        + bi * s.b.batch_stride
+                        + s.b.batch_offset(bi)
                         + l * s.b.row_stride
                         + j * s.b.col_stride];
                     acc += x as f64 * y as f64;
@@ -79,7 +79,7 @@ fn naive_matmul(s: &MatmulSpec, a: &[f32], b: &[f32], bias: Option<&[f32]>) -> V
                     if s.beta != 0.0 {
                         v += s.beta as f64
                             * bv[o.offset
-                                + bi * o.batch_stride
+                                + o.batch_offset(bi)
                                 + i * o.row_stride
                                 + j * o.col_stride] as f64;
                     }
@@ -178,6 +178,7 @@ fn matmul_with_prepacked_weights_gives_the_same_bits() {
         batch_stride: 0,
         row_stride: 1,
         col_stride: 37,
+        ..Operand::default()
     };
     cases.push((t, "A^T, 700 columns"));
     let mut shared = MatmulSpec::contiguous(3, 20, 600, 33);
@@ -214,6 +215,7 @@ fn matmul_zero_sizes() {
         batch_stride: 0,
         row_stride: 0,
         col_stride: 1,
+        ..Operand::default()
     });
     let bias = [1.0f32, 2.0, 3.0, 4.0];
     let mut c = vec![f32::NAN; 24];
@@ -235,6 +237,7 @@ fn matmul_strided_and_transposed() {
         batch_stride: 0,
         row_stride: 1,
         col_stride: m,
+        ..Operand::default()
     };
     check_matmul(&s, "A^T @ B");
     // B^T (a linear layer's weight [n, k]).
@@ -244,6 +247,7 @@ fn matmul_strided_and_transposed() {
         batch_stride: 0,
         row_stride: 1,
         col_stride: k,
+        ..Operand::default()
     };
     check_matmul(&s, "A @ B^T");
     // Both transposed, batched, with offsets and padded rows.
@@ -253,12 +257,14 @@ fn matmul_strided_and_transposed() {
         batch_stride: (m + 3) * k,
         row_stride: 1,
         col_stride: m + 3,
+        ..Operand::default()
     };
     s.b = Operand {
         offset: 11,
         batch_stride: n * (k + 2),
         row_stride: 1,
         col_stride: k + 2,
+        ..Operand::default()
     };
     check_matmul(&s, "batched A^T @ B^T with offsets");
     // Broadcast rhs over the batch (batch stride 0), padded lhs rows.
@@ -268,6 +274,7 @@ fn matmul_strided_and_transposed() {
         batch_stride: m * (k + 9),
         row_stride: k + 9,
         col_stride: 1,
+        ..Operand::default()
     };
     s.b.batch_stride = 0;
     check_matmul(&s, "broadcast rhs");
@@ -280,6 +287,7 @@ fn matmul_strided_and_transposed() {
         batch_stride: k,
         row_stride: 5 * k,
         col_stride: 1,
+        ..Operand::default()
     };
     s.b.batch_stride = 0;
     s.bias = Some(Operand {
@@ -287,8 +295,40 @@ fn matmul_strided_and_transposed() {
         batch_stride: 0,
         row_stride: 0,
         col_stride: 1,
+        ..Operand::default()
     });
     check_matmul(&s, "sequence-first lhs, shared rhs");
+    // Attention over a [seq, batch, 3 * heads * dim] projection: the batch index is
+    // batch * heads, two strides in the buffer (groups of `heads`); q and k^T read in place.
+    let (seq, nb, heads, dim) = (19, 2, 3, 8);
+    let row = 3 * heads * dim;
+    let mut s = MatmulSpec::contiguous(nb * heads, seq, seq, dim);
+    s.a = Operand {
+        offset: 0,
+        batch_stride: dim,
+        row_stride: nb * row,
+        col_stride: 1,
+        group: heads,
+        group_stride: row,
+    };
+    s.b = Operand {
+        offset: heads * dim,
+        batch_stride: dim,
+        row_stride: 1,
+        col_stride: nb * row,
+        group: heads,
+        group_stride: row,
+    };
+    check_matmul(&s, "grouped batch: q @ k^T of a packed projection");
+    s.bias = Some(Operand {
+        offset: 1,
+        batch_stride: 2,
+        row_stride: 0,
+        col_stride: 1,
+        group: 2,
+        group_stride: 7,
+    });
+    check_matmul(&s, "grouped batch with a grouped bias");
     // Element-strided columns (every other element).
     let mut s = MatmulSpec::contiguous(1, 9, 17, 33);
     s.b = Operand {
@@ -296,6 +336,7 @@ fn matmul_strided_and_transposed() {
         batch_stride: 0,
         row_stride: 2 * 17,
         col_stride: 2,
+        ..Operand::default()
     };
     check_matmul(&s, "column stride 2");
 }
@@ -313,6 +354,7 @@ fn matmul_bias_alpha_beta() {
             batch_stride: 0,
             row_stride: 0,
             col_stride: 1,
+            ..Operand::default()
         });
         check_matmul(&s, "row bias");
         // Full matrix bias, and a column-vector bias.
@@ -323,6 +365,7 @@ fn matmul_bias_alpha_beta() {
             batch_stride: 0,
             row_stride: 1,
             col_stride: 0,
+            ..Operand::default()
         });
         check_matmul(&s, "column bias");
     }
@@ -334,6 +377,7 @@ fn matmul_bias_alpha_beta() {
         batch_stride: 0,
         row_stride: 0,
         col_stride: 1,
+        ..Operand::default()
     });
     let (a, b) = (rnd(35, 1), rnd(42, 2));
     let mut c = vec![0.0; 30];
@@ -378,6 +422,7 @@ fn matmul_matches_interpreter() {
         batch_stride: 0,
         row_stride: 0,
         col_stride: 1,
+        ..Operand::default()
     });
     s.alpha = 2.0;
     s.beta = 0.5;

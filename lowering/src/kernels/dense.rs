@@ -6,7 +6,9 @@
 //! its strides instead, so `x @ w.t()` reads `w` transposed in place. Everything else refuses
 //! with `Err` naming the node (non-`f32`, symbolic shapes, transposed or 3-D convolution, ...).
 
+use super::layout::Layout;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
+use fxhlo_passes::fusion::is_strided_view;
 use fxhlo_runtime::fast::conv::ConvSpec;
 use fxhlo_runtime::fast::gather::GatherSpec;
 use fxhlo_runtime::fast::gemm::{MatmulSpec, Operand};
@@ -195,164 +197,175 @@ fn static_shape(g: &Graph, v: ValueRef) -> Option<Vec<usize>> {
         .collect()
 }
 
-fn contiguous(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
+/// Where a value's elements lie: a [`Layout`] inside the buffer of `value`, and a factor the
+/// view's elements are multiplied by (folded `mul.Scalar`s).
+struct Strided {
+    value: ValueRef,
+    layout: Layout,
+    scale: f32,
 }
 
-/// Strides of `new` as a view of a tensor of shape `old` and strides `strides` (torch's
-/// `computeStride`), or `None` when the view would need a copy.
-fn view_strides(old: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
-    let numel: usize = old.iter().product();
-    if numel != new.iter().product::<usize>() {
-        return None;
-    }
-    if numel == 0 || old.is_empty() {
-        return Some(contiguous(new));
-    }
-    let mut out = vec![0; new.len()];
-    let mut view_d = new.len() as isize - 1;
-    let mut chunk_base = *strides.last()?;
-    let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
-    for td in (0..old.len()).rev() {
-        tensor_numel *= old[td];
-        if td == 0 || (old[td - 1] != 1 && strides[td - 1] != tensor_numel * chunk_base) {
-            while view_d >= 0 && (view_numel < tensor_numel || new[view_d as usize] == 1) {
-                out[view_d as usize] = view_numel * chunk_base;
-                view_numel *= new[view_d as usize];
-                view_d -= 1;
-            }
-            if view_numel != tensor_numel {
-                return None;
-            }
-            if td > 0 {
-                chunk_base = strides[td - 1];
-                tensor_numel = 1;
-                view_numel = 1;
-            }
-        }
-    }
-    (view_d == -1).then_some(out)
+/// One step of a view chain: the layout of `val` (shape `new`) from its operand's `layout`,
+/// and the factor it multiplies by; `None` if it is not a strided view.
+fn view_step(g: &Graph, val: ValueRef, layout: &Layout, new: &[usize]) -> Option<(Layout, f32)> {
+    let n = &g.nodes[val.node];
+    let ints = |name: &str| match n.arg(name) {
+        Some(Arg::Int(v)) => Some(*v),
+        _ => None,
+    };
+    let opt_int = |name: &str| match n.arg(name) {
+        Some(Arg::Int(v)) => Some(Some(*v)),
+        Some(Arg::None) | None => Some(None),
+        _ => None,
+    };
+    let (l, scale) = match n.op()? {
+        Op::Permute => match n.arg("dims") {
+            Some(Arg::Ints(dims)) => (layout.permute(dims)?, 1.0),
+            _ => return None,
+        },
+        Op::Expand => (layout.expand(new)?, 1.0),
+        Op::SelectInt => (layout.select(ints("dim")?, ints("index")?)?, 1.0),
+        Op::SliceTensor => (
+            layout.slice(
+                ints("dim").unwrap_or(0),
+                opt_int("start")?,
+                opt_int("end")?,
+                ints("step").unwrap_or(1),
+            )?,
+            1.0,
+        ),
+        Op::MulScalar => match n.arg("other") {
+            Some(Arg::Float(c)) => (layout.clone(), *c as f32),
+            Some(Arg::Int(c)) => (layout.clone(), *c as f32),
+            _ => return None,
+        },
+        _ => (layout.reshape(new)?, 1.0),
+    };
+    (l.shape() == new).then_some((l, scale))
 }
 
-/// Strides after broadcasting a `(shape, strides)` view to `new` (right-aligned; size-1 and
-/// missing dimensions get stride 0), or `None` if it does not broadcast.
-fn expand_strides(shape: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
-    let lead = new.len().checked_sub(shape.len())?;
-    (0..new.len())
-        .map(|i| {
-            if i < lead {
-                return Some(0);
-            }
-            let j = i - lead;
-            if shape[j] == new[i] {
-                Some(strides[j])
-            } else if shape[j] == 1 {
-                Some(0)
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
-/// The buffer value `v` is a view of, and `v`'s strides inside it: walks back through
-/// layout-only producers, then composes their strides from that source forward; a step that
-/// needs a copy (a view of a non-viewable permutation) makes that step's value the source.
-fn strided_source(g: &Graph, v: ValueRef) -> Option<(ValueRef, Vec<usize>)> {
+/// The values `v` may be read through, source first: `v`, then back through layout-only
+/// producers (and, with `scales`, `mul` by a number) while they keep the dtype.
+fn view_chain(g: &Graph, v: ValueRef, scales: bool) -> Vec<ValueRef> {
     let mut chain = vec![v];
     let mut cur = v;
     while chain.len() < 32 {
         let n = &g.nodes[cur.node];
-        let view_op = matches!(
-            n.kind,
-            NodeKind::Op(
-                Op::View
-                    | Op::Permute
-                    | Op::Expand
-                    | Op::Alias
-                    | Op::Clone
-                    | Op::Unsqueeze
-                    | Op::SqueezeDim
-                    | Op::SqueezeDims
-            )
-        );
+        let view_op = match n.kind {
+            NodeKind::Op(op) if is_strided_view(op) => true,
+            NodeKind::Op(Op::MulScalar) => scales && fxhlo_passes::fusion::is_scale(g, cur.node),
+            _ => false,
+        };
         let src = match n.arg("self").and_then(Arg::as_tensor) {
             Some(s) if view_op && cur.index == 0 && g.ty(s).dtype == g.ty(cur).dtype => s,
             _ => break,
         };
-        static_shape(g, src)?;
+        if static_shape(g, src).is_none() {
+            break;
+        }
         chain.push(src);
         cur = src;
     }
-    // chain = [v, producer input, ..., source]; go forward from the source.
-    let mut source = *chain.last()?;
-    let mut shape = static_shape(g, source)?;
-    let mut strides = contiguous(&shape);
-    let mut prev = source;
-    for &val in chain.iter().rev().skip(1) {
-        let new_shape = static_shape(g, val)?;
-        let step = |shape: &[usize], strides: &[usize]| -> Option<Vec<usize>> {
-            let n = &g.nodes[val.node];
-            let s = match n.op() {
-                Some(Op::Permute) => match n.arg("dims") {
-                    Some(Arg::Ints(dims)) if dims.len() == shape.len() => {
-                        let r = shape.len() as i64;
-                        let d: Option<Vec<usize>> = dims
-                            .iter()
-                            .map(|&d| usize::try_from(if d < 0 { d + r } else { d }).ok())
-                            .collect();
-                        d.filter(|d| d.iter().all(|&x| x < shape.len()))
-                            .map(|d| d.iter().map(|&x| strides[x]).collect())
-                    }
-                    _ => None,
-                },
-                Some(Op::Expand) => expand_strides(shape, strides, &new_shape),
-                _ => view_strides(shape, strides, &new_shape),
-            };
-            s.filter(|s: &Vec<usize>| s.len() == new_shape.len())
-        };
-        if let Some(s) = step(&shape, &strides) {
-            strides = s;
-        } else if let Some(s) = step(&shape, &contiguous(&shape)) {
-            // Not a view of the source: read this step's input, as it is laid out itself.
-            source = prev;
-            strides = s;
-        } else {
-            source = val;
-            strides = contiguous(&new_shape);
-        }
-        prev = val;
-        shape = new_shape;
-    }
-    Some((source, strides))
+    chain.reverse();
+    chain
 }
 
-/// A matmul operand: the source buffer and its strides, checked to be `f32` with the shape the
-/// node sees (`rank` 2 or 3).
-fn operand(a: &Args, v: ValueRef, what: &str) -> Result<(ValueRef, Operand, Vec<usize>), String> {
-    let shape = a.shape_of(v, DType::F32, what)?;
-    let (src, strides) = strided_source(a.g, v).unwrap_or((v, contiguous(&shape)));
-    a.shape_of(src, DType::F32, what)?;
-    let op = match strides.len() {
-        2 => Operand {
-            offset: 0,
-            batch_stride: 0,
-            row_stride: strides[0],
-            col_stride: strides[1],
-        },
-        3 => Operand {
-            offset: 0,
-            batch_stride: strides[0],
-            row_stride: strides[1],
-            col_stride: strides[2],
-        },
-        r => return Err(a.err(format!("{what} has rank {r}, expected 2 or 3"))),
+/// Where the last value of `chain` (source first, as from [`view_chain`]) lies: composes the
+/// steps' layouts forward from the source. A step that is not a strided view makes the value
+/// before it (or, failing that, its own) the source, read as it is laid out.
+fn compose(g: &Graph, chain: &[ValueRef]) -> Option<Strided> {
+    let (&first, rest) = chain.split_first()?;
+    let mut at = Strided {
+        value: first,
+        layout: Layout::contiguous(&static_shape(g, first)?),
+        scale: 1.0,
     };
-    Ok((src, op, shape))
+    let mut prev = first;
+    for &val in rest {
+        let new_shape = static_shape(g, val)?;
+        if let Some((layout, scale)) = view_step(g, val, &at.layout, &new_shape) {
+            at.layout = layout;
+            at.scale *= scale;
+        } else {
+            // Not a view of the source: read this step's input, as it is laid out itself.
+            let prev_shape = static_shape(g, prev)?;
+            at = match view_step(g, val, &Layout::contiguous(&prev_shape), &new_shape) {
+                Some((layout, scale)) => Strided {
+                    value: prev,
+                    layout,
+                    scale,
+                },
+                None => Strided {
+                    value: val,
+                    layout: Layout::contiguous(&new_shape),
+                    scale: 1.0,
+                },
+            };
+        }
+        prev = val;
+    }
+    Some(at)
+}
+
+/// The first view of `v` along its [`view_chain`], from the deepest source on, that `accept`
+/// turns into an operand; `v` itself, read contiguously, when none does.
+fn read_through<T>(
+    g: &Graph,
+    v: ValueRef,
+    scales: bool,
+    accept: impl Fn(&Layout) -> Option<T>,
+) -> Option<(ValueRef, T, f32)> {
+    let chain = view_chain(g, v, scales);
+    (0..chain.len()).find_map(|start| {
+        let s = compose(g, &chain[start..])?;
+        Some((s.value, accept(&s.layout)?, s.scale))
+    })
+}
+
+/// `layout` (rank 2 or 3) as a matmul operand: rows and columns one stride each, the batch at
+/// most two (a grouped batch).
+fn as_operand(layout: &Layout) -> Option<Operand> {
+    let r = layout.dims.len();
+    if !(2..=3).contains(&r) {
+        return None;
+    }
+    let mut op = Operand {
+        offset: layout.offset,
+        row_stride: layout.stride(r - 2)?,
+        col_stride: layout.stride(r - 1)?,
+        ..Operand::default()
+    };
+    if r == 3 {
+        match layout.levels(0, 2)?.as_slice() {
+            [] => {}
+            [(_, t)] => op.batch_stride = *t,
+            [(_, outer), (inner, t)] => {
+                op.group = *inner;
+                op.group_stride = *outer;
+                op.batch_stride = *t;
+            }
+            _ => return None,
+        }
+    }
+    Some(op)
+}
+
+/// A matmul operand: the source buffer, its strided view, the factor folded into the product
+/// and the shape the node sees (`rank` 2 or 3, `f32`). A view that is not a strided operand is
+/// read from the operand value itself.
+fn operand(
+    a: &Args,
+    v: ValueRef,
+    what: &str,
+) -> Result<(ValueRef, Operand, f32, Vec<usize>), String> {
+    let shape = a.shape_of(v, DType::F32, what)?;
+    if !(2..=3).contains(&shape.len()) {
+        return Err(a.err(format!("{what} has rank {}, expected 2 or 3", shape.len())));
+    }
+    let (src, op, scale) = read_through(a.g, v, true, as_operand)
+        .ok_or_else(|| a.err(format!("{what} is not a strided matrix")))?;
+    a.shape_of(src, DType::F32, what)?;
+    Ok((src, op, scale, shape))
 }
 
 /// `mm`, `bmm` and `addmm` as a [`MatmulKernel`] (f32 only).
@@ -365,8 +378,8 @@ pub fn matmul_spec(g: &Graph, node: NodeId) -> Result<MatmulKernel, String> {
         Op::Addmm => ("mat1", "mat2", 2),
         _ => return Err(a.err("is not mm, bmm or addmm")),
     };
-    let (av, ao, ash) = operand(&a, a.tensor(lhs)?, "the left operand")?;
-    let (bv, bo, bsh) = operand(&a, a.tensor(rhs)?, "the right operand")?;
+    let (av, ao, a_scale, ash) = operand(&a, a.tensor(lhs)?, "the left operand")?;
+    let (bv, bo, b_scale, bsh) = operand(&a, a.tensor(rhs)?, "the right operand")?;
     if ash.len() != rank || bsh.len() != rank {
         return Err(a.err(format!("operands have shapes {ash:?} and {bsh:?}")));
     }
@@ -395,28 +408,23 @@ pub fn matmul_spec(g: &Graph, node: NodeId) -> Result<MatmulKernel, String> {
         a: ao,
         b: bo,
         bias: None,
-        alpha: 1.0,
+        alpha: a_scale * b_scale,
         beta: 1.0,
     };
     let mut bias = None;
     if op == Op::Addmm {
-        spec.alpha = a.scalar("alpha")?;
+        spec.alpha *= a.scalar("alpha")?;
         spec.beta = a.scalar("beta")?;
         let v = a.tensor("self")?;
         let shape = a.shape_of(v, DType::F32, "the bias")?;
-        let (src, strides) = strided_source(g, v).unwrap_or((v, contiguous(&shape)));
+        let (src, view, _) = read_through(g, v, false, |l| as_operand(&l.expand(&[m, n])?))
+            .ok_or_else(|| {
+                a.err(format!(
+                    "the bias of shape {shape:?} does not broadcast to [{m}, {n}]"
+                ))
+            })?;
         a.shape_of(src, DType::F32, "the bias")?;
-        let s = expand_strides(&shape, &strides, &[m, n]).ok_or_else(|| {
-            a.err(format!(
-                "the bias of shape {shape:?} does not broadcast to [{m}, {n}]"
-            ))
-        })?;
-        spec.bias = Some(Operand {
-            offset: 0,
-            batch_stride: 0,
-            row_stride: s[0],
-            col_stride: s[1],
-        });
+        spec.bias = Some(view);
         bias = Some(src);
     }
     Ok(MatmulKernel {
@@ -693,6 +701,45 @@ mod tests {
     }
 
     #[test]
+    fn attention_reads_scaled_heads_of_a_packed_projection_in_place() {
+        // [seq 4, batch 2, 3 * heads 3 * dim 2]: q and k are selects of the projection with
+        // batch * heads merged (two strides: groups of 3 heads) and scaled by numbers.
+        let (g, n) = last(
+            r#"graph {
+  %y: f32[4, 2, 18] = input
+  %v: f32[4, 2, 3, 6] = aten.view.default(%y, size=[4, 2, 3, 6])
+  %u: f32[1, 4, 2, 3, 6] = aten.unsqueeze.default(%v, dim=0)
+  %p: f32[3, 4, 2, 1, 6] = aten.permute.default(%u, dims=[3, 1, 2, 0, 4])
+  %sq: f32[3, 4, 2, 6] = aten.squeeze.dims(%p, dim=[-2])
+  %q: f32[4, 2, 6] = aten.select.int(%sq, dim=0, index=0)
+  %k: f32[4, 2, 6] = aten.select.int(%sq, dim=0, index=1)
+  %qv: f32[4, 6, 2] = aten.view.default(%q, size=[4, 6, 2])
+  %qt: f32[6, 4, 2] = aten.permute.default(%qv, dims=[1, 0, 2])
+  %qs: f32[6, 4, 2] = aten.mul.Scalar(%qt, other=0.5)
+  %kv: f32[4, 6, 2] = aten.view.default(%k, size=[4, 6, 2])
+  %kt: f32[6, 2, 4] = aten.permute.default(%kv, dims=[1, 2, 0])
+  %ks: f32[6, 2, 4] = aten.mul.Scalar(%kt, other=0.25)
+  %s: f32[6, 4, 4] = aten.bmm.default(%qs, %ks)
+  return %s
+}"#,
+        );
+        let k = matmul_spec(&g, n).unwrap();
+        assert_eq!((k.a, k.b), (ValueRef::new(0, 0), ValueRef::new(0, 0)));
+        let grouped = |offset, row_stride, col_stride| Operand {
+            offset,
+            batch_stride: 2,
+            row_stride,
+            col_stride,
+            group: 3,
+            group_stride: 18,
+        };
+        assert_eq!(k.spec.a, grouped(0, 36, 1));
+        assert_eq!(k.spec.b, grouped(6, 1, 36));
+        assert_eq!(k.spec.alpha, 0.125);
+        k.spec.validate(144, 144, None, 96).unwrap();
+    }
+
+    #[test]
     fn view_of_a_permutation_that_needs_a_copy_reads_the_permutation() {
         // [2, 3, 4] permuted to [3, 2, 4] then flattened to [6, 4]: not a strided view.
         let (g, n) = last(
@@ -714,7 +761,8 @@ mod tests {
                 offset: 0,
                 batch_stride: 0,
                 row_stride: 4,
-                col_stride: 1
+                col_stride: 1,
+                ..Operand::default()
             }
         );
         assert_eq!(k.b, ValueRef::new(1, 0));
@@ -740,7 +788,8 @@ mod tests {
                 offset: 0,
                 batch_stride: 0,
                 row_stride: 6,
-                col_stride: 1
+                col_stride: 1,
+                ..Operand::default()
             }
         );
     }

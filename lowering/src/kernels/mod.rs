@@ -2,6 +2,7 @@
 
 pub mod dense;
 pub mod expr;
+pub mod layout;
 pub mod program;
 pub mod reduce;
 

@@ -11,9 +11,12 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
 /// A strided view of a batch of matrices inside a flat buffer: element `(b, i, j)` is at
-/// `offset + b * batch_stride + i * row_stride + j * col_stride`. Strides may be zero
+/// `offset + batch_offset(b) + i * row_stride + j * col_stride`, where `batch_offset(b)` is
+/// `b * batch_stride`, or with groups `(b / group) * group_stride + (b % group) *
+/// batch_stride` (a batch index that is two dimensions of the source, like attention's
+/// `batch * heads` over a `[seq, batch, heads * dim]` buffer). Strides may be zero
 /// (broadcast), and a transposed operand is just swapped strides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Operand {
     /// Index of element `(0, 0, 0)`.
     pub offset: usize,
@@ -23,6 +26,12 @@ pub struct Operand {
     pub row_stride: usize,
     /// Distance between consecutive columns.
     pub col_stride: usize,
+    /// Batch entries per group (0 or 1: no groups, `batch_stride` alone).
+    #[serde(default)]
+    pub group: usize,
+    /// Distance between consecutive groups of batch entries (with `group > 1`).
+    #[serde(default)]
+    pub group_stride: usize,
 }
 
 impl Operand {
@@ -33,7 +42,49 @@ impl Operand {
             batch_stride: rows * cols,
             row_stride: cols,
             col_stride: 1,
+            ..Operand::default()
         }
+    }
+
+    /// Whether batch entries are addressed in groups (two strides).
+    pub fn grouped(&self) -> bool {
+        self.group > 1
+    }
+
+    /// Whether every batch entry is the same matrix (all batch strides zero).
+    pub fn batch_shared(&self) -> bool {
+        self.batch_stride == 0 && (!self.grouped() || self.group_stride == 0)
+    }
+
+    /// Offset of batch entry `bi` from element `(0, 0, 0)` (wrapping: only ever used as a
+    /// pointer offset after [`MatmulSpec::validate`]).
+    pub fn batch_offset(&self, bi: usize) -> usize {
+        if self.grouped() {
+            (bi / self.group)
+                .wrapping_mul(self.group_stride)
+                .wrapping_add((bi % self.group).wrapping_mul(self.batch_stride))
+        } else {
+            bi.wrapping_mul(self.batch_stride)
+        }
+    }
+
+    /// The largest batch offset over `batch` entries (> 0), or `None` on overflow.
+    fn max_batch_offset(&self, batch: usize) -> Option<usize> {
+        let last = batch - 1;
+        if !self.grouped() {
+            return last.checked_mul(self.batch_stride);
+        }
+        let at = |outer: usize, inner: usize| {
+            outer
+                .checked_mul(self.group_stride)?
+                .checked_add(inner.checked_mul(self.batch_stride)?)
+        };
+        let (outer, inner) = (last / self.group, last % self.group);
+        let mut best = at(outer, inner)?;
+        if outer > 0 {
+            best = best.max(at(outer - 1, self.group - 1)?);
+        }
+        Some(best)
     }
 
     /// The largest index read for a `batch x rows x cols` view, or `None` when the view is
@@ -43,9 +94,7 @@ impl Operand {
             return Ok(None);
         }
         let over = || "operand strides overflow".to_string();
-        let b = (batch - 1)
-            .checked_mul(self.batch_stride)
-            .ok_or_else(over)?;
+        let b = self.max_batch_offset(batch).ok_or_else(over)?;
         let r = (rows - 1).checked_mul(self.row_stride).ok_or_else(over)?;
         let c = (cols - 1).checked_mul(self.col_stride).ok_or_else(over)?;
         let last = self
@@ -264,7 +313,7 @@ pub fn matmul(
 /// Packs the right operand of `spec` ahead of time (a constant weight), when every batch
 /// entry reads the same one. `b` must pass [`MatmulSpec::validate`] for this spec.
 pub fn prepack_b(spec: &MatmulSpec, b: &[f32]) -> Option<PackedB> {
-    if spec.batch > 1 && spec.b.batch_stride != 0 {
+    if spec.batch > 1 && !spec.b.batch_shared() {
         return None;
     }
     let nonempty = spec.k > 0 && spec.n > 0;
@@ -299,7 +348,7 @@ pub fn matmul_prepacked(
     }
     if let Some(pk) = packed {
         assert!(
-            pk.k == spec.k && pk.n == spec.n && (spec.batch == 1 || spec.b.batch_stride == 0),
+            pk.k == spec.k && pk.n == spec.n && (spec.batch == 1 || spec.b.batch_shared()),
             "prepacked operand does not fit the matmul"
         );
     }
@@ -313,15 +362,16 @@ pub fn matmul_prepacked(
     let mat = |base: &[f32], op: &Operand, bi: usize| -> Mat {
         Mat::new(
             base.as_ptr()
-                .wrapping_add(op.offset + bi.wrapping_mul(op.batch_stride)),
+                .wrapping_add(op.offset.wrapping_add(op.batch_offset(bi))),
             op.row_stride as isize,
             op.col_stride as isize,
         )
     };
     let bias_shared = spec
         .bias
-        .is_none_or(|o| o.batch_stride == 0 || spec.beta == 0.0);
-    let merged = spec.batch > 1 && spec.b.batch_stride == 0 && bias_shared;
+        .is_none_or(|o| o.batch_shared() || spec.beta == 0.0);
+    // Rows of A in groups of `m` at a single stride: one product of `batch * m` rows.
+    let merged = spec.batch > 1 && spec.b.batch_shared() && !spec.a.grouped() && bias_shared;
     let problems: Vec<Problem> = if merged || spec.batch == 1 {
         let mut am = mat(a, &spec.a, 0);
         if merged {
@@ -397,7 +447,7 @@ fn add_bias(
     bias: &[f32],
     beta: f32,
 ) {
-    let base = op.offset + bi * op.batch_stride + i * op.row_stride + j0 * op.col_stride;
+    let base = op.offset + op.batch_offset(bi) + i * op.row_stride + j0 * op.col_stride;
     if op.col_stride == 1 {
         let src = &bias[base..base + seg.len()];
         if beta == 1.0 {
@@ -440,5 +490,30 @@ mod tests {
         let mut s2 = s.clone();
         s2.a.row_stride = usize::MAX / 2;
         assert!(s2.validate(30, 40, None, 24).is_err());
+    }
+
+    #[test]
+    fn grouped_batches_reach_their_largest_offset() {
+        // Entries 0..5 in groups of 2: offsets 0, 3, 10, 13, 20.
+        let op = Operand {
+            batch_stride: 3,
+            group: 2,
+            group_stride: 10,
+            ..Operand::contiguous(1, 1)
+        };
+        let offsets: Vec<usize> = (0..5).map(|b| op.batch_offset(b)).collect();
+        assert_eq!(offsets, [0, 3, 10, 13, 20]);
+        assert_eq!(op.max_batch_offset(5), Some(20));
+        assert_eq!(op.max_batch_offset(4), Some(13));
+        let wide = Operand {
+            batch_stride: 30,
+            ..op
+        };
+        // Entries 0..3: 0, 30, 10; the last group's second entry is not the largest.
+        assert_eq!(wide.max_batch_offset(3), Some(30));
+        let mut s = MatmulSpec::contiguous(5, 1, 1, 1);
+        s.a = op;
+        assert!(s.validate(21, 5, None, 5).is_ok());
+        assert!(s.validate(20, 5, None, 5).is_err());
     }
 }
