@@ -136,7 +136,9 @@ pub struct Executor {
     fallbacks: Vec<Option<Model>>,
     /// Constant weights of matmul and convolution steps, packed when the executor was made.
     prepacked: Vec<Option<Prepacked>>,
-    arena: Mutex<Vec<Buf>>,
+    /// Arena buffers, and how many leading elements of each are initialized (a buffer keeps
+    /// its memory between values and runs, so it is zero-filled only where it grows).
+    arena: Mutex<(Vec<Buf>, Vec<usize>)>,
     /// Whether steps are timed.
     profiling: std::sync::atomic::AtomicBool,
     /// Per-step wall time in seconds, summed over the runs since profiling was turned on.
@@ -270,7 +272,8 @@ impl Executor {
             .num_threads(threads)
             .build()
             .map_err(|e| RuntimeError::Graph(format!("cannot start {threads} threads: {e}")))?;
-        let arena = plan.buffers.iter().map(|(k, _)| Buf::empty(*k)).collect();
+        let bufs = plan.buffers.iter().map(|(k, _)| Buf::empty(*k)).collect();
+        let arena = (bufs, vec![0; plan.buffers.len()]);
         Ok(Executor {
             artifact,
             plan,
@@ -432,8 +435,9 @@ impl Executor {
             .arena
             .lock()
             .map_err(|_| RuntimeError::Graph("a previous run panicked".into()))?;
-        let arena: &mut Vec<Buf> = &mut arena;
-        self.pool.install(|| self.run_steps(inputs, outputs, arena))
+        let (arena, high) = &mut *arena;
+        self.pool
+            .install(|| self.run_steps(inputs, outputs, arena, high))
     }
 
     fn run_steps(
@@ -441,6 +445,7 @@ impl Executor {
         inputs: &[&[u8]],
         outputs: &mut [&mut [u8]],
         arena: &mut [Buf],
+        high: &mut [usize],
     ) -> Result<(), RuntimeError> {
         let p = self.program();
         let n = p.values.len();
@@ -490,9 +495,10 @@ impl Executor {
                 let spec = &p.values[v as usize];
                 let d = match self.plan.loc[v as usize] {
                     Loc::Arena(b) => {
+                        // Taken out with its initialized length (left 0 should the step fail).
                         let mut buf = std::mem::replace(&mut arena[b], Buf::Bool(vec![]));
-                        resize(&mut buf, spec.numel());
-                        DstBuf::Owned(buf)
+                        resize(&mut buf, spec.numel(), &mut high[b]);
+                        DstBuf::Arena(b, buf, std::mem::take(&mut high[b]))
                     }
                     // Never written: the kernel computes it into the epilogue's result.
                     Loc::InEpilogue => DstBuf::Owned(Buf::F32(vec![])),
@@ -528,8 +534,11 @@ impl Executor {
             // Put the destinations back.
             for (&v, d) in step.dsts.iter().zip(dst_bufs) {
                 match d {
+                    DstBuf::Arena(b, buf, init) => {
+                        arena[b] = buf;
+                        high[b] = init;
+                    }
                     DstBuf::Owned(buf) => match self.plan.loc[v as usize] {
-                        Loc::Arena(b) => arena[b] = buf,
                         Loc::InEpilogue => {}
                         _ => owned[v as usize] = Some(buf),
                     },
@@ -1101,11 +1110,26 @@ fn same_type(t: &fxhlo_ir::TensorType, s: &TensorSpec) -> bool {
             .all(|(d, &e)| d.as_static() == Some(e as i64))
 }
 
-fn resize(b: &mut Buf, n: usize) {
+/// Gives an arena buffer `n` elements. Its first `*init` elements hold values written before
+/// (a shorter length left them in place): within them only the length changes, beyond them the
+/// buffer is zero-filled and `*init` grows. Every kernel writes all of its result, so the old
+/// values are never read.
+fn resize(b: &mut Buf, n: usize, init: &mut usize) {
+    fn set<T: Copy>(v: &mut Vec<T>, n: usize, init: &mut usize, zero: T) {
+        if n <= *init && n <= v.capacity() {
+            // SAFETY: the first `*init` elements were initialized by an earlier `resize`
+            // (`set_len` to a shorter length leaves `Copy` elements in place), and `n` is
+            // within them and within the allocation.
+            unsafe { v.set_len(n) };
+        } else {
+            v.resize(n, zero);
+            *init = n;
+        }
+    }
     match b {
-        Buf::F32(v) => v.resize(n, 0.0),
-        Buf::I64(v) => v.resize(n, 0),
-        Buf::Bool(v) => v.resize(n, false),
+        Buf::F32(v) => set(v, n, init, 0.0),
+        Buf::I64(v) => set(v, n, init, 0),
+        Buf::Bool(v) => set(v, n, init, false),
         Buf::T(_) => {}
     }
 }
@@ -1118,6 +1142,8 @@ enum OutSlot<'a> {
 
 /// A destination during a step.
 enum DstBuf<'a> {
+    /// Arena buffer `b` and its initialized length.
+    Arena(usize, Buf, usize),
     Owned(Buf),
     OutF32(usize, &'a mut [f32]),
     OutI64(usize, &'a mut [i64]),
@@ -1128,7 +1154,7 @@ impl DstBuf<'_> {
     /// The destination as a kernel result buffer, if it is of a fast kind.
     fn dst(&mut self) -> Option<Dst<'_>> {
         match self {
-            DstBuf::Owned(b) | DstBuf::OutBytes(_, _, b) => match b {
+            DstBuf::Arena(_, b, _) | DstBuf::Owned(b) | DstBuf::OutBytes(_, _, b) => match b {
                 Buf::F32(v) => Some(Dst::F32(v)),
                 Buf::I64(v) => Some(Dst::I64(v)),
                 Buf::Bool(v) => Some(Dst::Bool(v)),
@@ -1154,7 +1180,7 @@ impl DstBuf<'_> {
             }
         };
         match self {
-            DstBuf::Owned(b) | DstBuf::OutBytes(_, _, b) => match b {
+            DstBuf::Arena(_, b, _) | DstBuf::Owned(b) | DstBuf::OutBytes(_, _, b) => match b {
                 Buf::F32(v) => write_f32(v, &t),
                 Buf::I64(v) => write_i64(v, &t),
                 Buf::Bool(v) => {

@@ -414,7 +414,6 @@ macro_rules! map2 {
     }};
 }
 
-
 #[inline(always)]
 fn run_un(op: UnOp, d: &mut [f32], a: &[f32]) {
     macro_rules! arm {
