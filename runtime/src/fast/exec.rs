@@ -1196,3 +1196,37 @@ impl DstBuf<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_buffers_zero_fill_only_where_they_grow() {
+        let mut init = 0;
+        let mut b = Buf::F32(vec![]);
+        resize(&mut b, 6, &mut init);
+        assert_eq!(init, 6);
+        let Buf::F32(v) = &mut b else { unreachable!() };
+        assert_eq!(v, &[0.0; 6]);
+        v.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = i as f32 + 1.0);
+        // Shorter, then longer again within what was written: the old values, no fill.
+        resize(&mut b, 2, &mut init);
+        resize(&mut b, 5, &mut init);
+        assert_eq!(init, 6);
+        let Buf::F32(v) = &b else { unreachable!() };
+        assert_eq!(v, &[1.0, 2.0, 3.0, 4.0, 5.0]);
+        // Past it: zeros from the current length on, and the initialized length grows.
+        resize(&mut b, 8, &mut init);
+        assert_eq!(init, 8);
+        let Buf::F32(v) = &b else { unreachable!() };
+        assert_eq!(v, &[1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0, 0.0]);
+        // A buffer lost to a failed step comes back empty with 0 initialized: filled anew.
+        let mut init = 0;
+        let mut b = Buf::Bool(vec![]);
+        resize(&mut b, 3, &mut init);
+        assert!(matches!(&b, Buf::Bool(v) if v == &[false; 3]));
+    }
+}
