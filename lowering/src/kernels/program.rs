@@ -285,20 +285,20 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
     }
     // Operands the spec could not read through (a view that is not a stride pattern) are
     // materialized first by an elementwise step over the prologue.
+    // A view chain recomputed in several kernels may be materialized by the first of them
+    // already: read it then.
     let mut steps = vec![];
-    let unfolded: Vec<ValueRef> = operands
+    let mut unfolded: Vec<ValueRef> = operands
         .iter()
         .copied()
-        .filter(|v| all.contains(&v.node))
+        .filter(|v| all.contains(&v.node) && !vals.ready.contains(v))
         .collect();
+    unfolded.sort();
+    unfolded.dedup();
     if !unfolded.is_empty() {
-        steps.extend(elementwise_steps(
-            g,
-            &prologue,
-            &unfolded,
-            &BTreeSet::new(),
-            vals,
-        )?);
+        let more = elementwise_steps(g, &prologue, &unfolded, &BTreeSet::new(), vals)?;
+        vals.ready.extend(unfolded);
+        steps.extend(more);
     }
     // Operands read through views of another kernel's internal values: recompute that view
     // chain from values already computed.
