@@ -1,6 +1,6 @@
 //! The fast runtime against the reference interpreter on the optimizer's seeded random graphs
-//! (elementwise, reductions, matmuls, reshapes, permutes): every kernel family the program
-//! builder picks must agree with the oracle, at -O0 and -O2.
+//! (elementwise, reductions, matmuls, reshapes, permutes, attention-like strided views): every
+//! kernel family the program builder picks must agree with the oracle, at -O0 and -O2.
 
 #[path = "../passes/tests/common/mod.rs"]
 mod pcommon;
@@ -30,6 +30,17 @@ fn random_graphs_agree_with_the_interpreter() {
             let a = compile(&model, &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             for s in &a.header.program.steps {
                 *kinds.entry(s.kernel.kind()).or_default() += 1;
+                if let fxhlo_runtime::fast::Kernel::Matmul { spec, .. } = &s.kernel {
+                    if spec.a.grouped() || spec.b.grouped() {
+                        *kinds.entry("matmul, grouped batch").or_default() += 1;
+                    }
+                    if spec.a.offset + spec.b.offset > 0 {
+                        *kinds.entry("matmul, operand at an offset").or_default() += 1;
+                    }
+                    if spec.alpha != 1.0 {
+                        *kinds.entry("matmul, folded scale").or_default() += 1;
+                    }
+                }
             }
             let ex = Executor::new(
                 a,
@@ -59,9 +70,17 @@ fn random_graphs_agree_with_the_interpreter() {
         }
     }
     eprintln!("steps by kernel kind over the random graphs: {kinds:?}");
-    for k in ["elementwise", "reduction", "matmul", "matmul/conv in place"] {
+    for (k, min) in [
+        ("elementwise", 20),
+        ("reduction", 20),
+        ("matmul", 20),
+        ("matmul/conv in place", 20),
+        ("matmul, grouped batch", 10),
+        ("matmul, operand at an offset", 10),
+        ("matmul, folded scale", 10),
+    ] {
         assert!(
-            kinds.get(k).copied().unwrap_or(0) > 20,
+            kinds.get(k).copied().unwrap_or(0) >= min,
             "few {k} steps: {kinds:?}"
         );
     }

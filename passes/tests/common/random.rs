@@ -296,9 +296,91 @@ impl Gen {
                     m
                 }
             }
+            14 if r == 3 => self.attention_like(x),
             _ => self.op("aten.relu.default", vec![("self", t(x))]),
         };
         self.pool.push(v);
+    }
+}
+
+impl Gen {
+    /// Products reading strided views of one rank-3 value `x` in place, the way attention reads
+    /// its heads: an offset (`slice`, `select`), a scale folded into the product, two operands
+    /// viewing the same value, or a batch two strides apart.
+    fn attention_like(&mut self, x: ValueRef) -> ValueRef {
+        let t = |v: ValueRef| Arg::Tensor(v);
+        let s = self.shape(x);
+        let src = match self.rng.below(3) {
+            0 if s[0] > 1 => self.op(
+                "aten.slice.Tensor",
+                vec![
+                    ("self", t(x)),
+                    ("dim", Arg::Int(0)),
+                    ("start", Arg::Int(1)),
+                    ("end", Arg::None),
+                    ("step", Arg::Int(1)),
+                ],
+            ),
+            1 => {
+                // [2, a, b, c] holding x twice (stride 0), then one of the two.
+                let u = self.op(
+                    "aten.unsqueeze.default",
+                    vec![("self", t(x)), ("dim", Arg::Int(0))],
+                );
+                let e = self.op(
+                    "aten.expand.default",
+                    vec![
+                        ("self", t(u)),
+                        ("size", Arg::Ints(vec![2, s[0], s[1], s[2]])),
+                    ],
+                );
+                self.op(
+                    "aten.select.int",
+                    vec![("self", t(e)), ("dim", Arg::Int(0)), ("index", Arg::Int(1))],
+                )
+            }
+            _ => x,
+        };
+        let [a, b, c] = self.shape(src)[..] else {
+            unreachable!("rank 3")
+        };
+        let scaled = if self.rng.below(2) == 0 {
+            self.op(
+                "aten.mul.Scalar",
+                vec![("self", t(src)), ("other", Arg::Float(0.5))],
+            )
+        } else {
+            src
+        };
+        let permute = |g: &mut Self, v: ValueRef, dims: Vec<i64>| {
+            g.op(
+                "aten.permute.default",
+                vec![("self", Arg::Tensor(v)), ("dims", Arg::Ints(dims))],
+            )
+        };
+        if self.rng.below(2) == 0 {
+            // q @ k^T with q and k both views of `src`: [b, a, c] @ [b, c, a].
+            let q = permute(self, scaled, vec![1, 0, 2]);
+            let kt = permute(self, src, vec![1, 2, 0]);
+            self.op("aten.bmm.default", vec![("self", t(q)), ("mat2", t(kt))])
+        } else {
+            // A batch of c * b entries whose index is two strides apart in `src`.
+            let u = self.op(
+                "aten.unsqueeze.default",
+                vec![("self", t(scaled)), ("dim", Arg::Int(3))],
+            );
+            let e = self.op(
+                "aten.expand.default",
+                vec![("self", t(u)), ("size", Arg::Ints(vec![a, b, c, 2]))],
+            );
+            let p = permute(self, e, vec![2, 1, 0, 3]);
+            let v = self.op(
+                "aten.view.default",
+                vec![("self", t(p)), ("size", Arg::Ints(vec![c * b, a, 2]))],
+            );
+            let w = self.input(&[c * b, 2, 3]);
+            self.op("aten.bmm.default", vec![("self", t(v)), ("mat2", t(w))])
+        }
     }
 }
 
