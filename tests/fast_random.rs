@@ -27,7 +27,9 @@ fn random_graphs_agree_with_the_interpreter() {
                 opt_level: level,
                 ..Default::default()
             };
-            let a = compile(&model, &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let a = compile(&model, &opts).unwrap_or_else(|e| {
+                panic!("seed {seed}: {e}\n{}", fxhlo_ir::text::print_graph(&g))
+            });
             for s in &a.header.program.steps {
                 *kinds.entry(s.kernel.kind()).or_default() += 1;
                 if let fxhlo_runtime::fast::Kernel::Matmul { spec, .. } = &s.kernel {
@@ -39,6 +41,10 @@ fn random_graphs_agree_with_the_interpreter() {
                     }
                     if spec.alpha != 1.0 {
                         *kinds.entry("matmul, folded scale").or_default() += 1;
+                    }
+                    // The random graphs make `mm`/`bmm` only: a bias is a folded `add`.
+                    if spec.bias.is_some() {
+                        *kinds.entry("matmul, folded bias").or_default() += 1;
                     }
                 }
             }
@@ -78,6 +84,7 @@ fn random_graphs_agree_with_the_interpreter() {
         ("matmul, grouped batch", 10),
         ("matmul, operand at an offset", 10),
         ("matmul, folded scale", 10),
+        ("matmul, folded bias", 10),
     ] {
         assert!(
             kinds.get(k).copied().unwrap_or(0) >= min,

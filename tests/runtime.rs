@@ -486,4 +486,20 @@ fn attention_reads_the_heads_of_its_projection_in_place() {
     let copies = kinds.iter().filter(|k| **k == "elementwise").count();
     assert_eq!(copies, 1, "{kinds:?}");
     assert_eq!(&kinds[..2], ["matmul", "matmul"], "{kinds:?}");
+    // The in-projection is `bmm` then `add(bias)`: the add becomes the product's own bias,
+    // so that step has no epilogue left.
+    use fxhlo_runtime::fast::Kernel;
+    let dir = testdata()
+        .into_iter()
+        .find(|d| d.ends_with("transformer_encoder"))
+        .unwrap();
+    let case = load_case(&dir, None).unwrap();
+    let a = compile(&case.model, &CompileOptions::default()).unwrap();
+    let Kernel::Matmul { spec, epilogue } = &a.header.program.steps[0].kernel else {
+        panic!("the first step is not a matmul");
+    };
+    assert!(spec.bias.is_some() && epilogue.is_none(), "{spec:?}");
+    let got = executor(a, 2).run(&case.inputs).unwrap();
+    let cmp = check_outputs(&case, &got, None).unwrap();
+    assert!(cmp.iter().all(|c| c.ok()), "{cmp:?}");
 }

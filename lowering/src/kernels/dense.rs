@@ -435,6 +435,72 @@ pub fn matmul_spec(g: &Graph, node: NodeId) -> Result<MatmulKernel, String> {
     })
 }
 
+/// Folds `add(product, bias)` after an `mm`/`bmm` into the product's own bias (`beta = 1`),
+/// when the add is the product's only use, adds with `alpha = 1` and the bias is read from
+/// outside `inside` (the kernel's nodes) and broadcasts to the product's shape without
+/// broadcasting the product. Returns the add node, now computed by the matmul; the sum is the
+/// same single rounding as the add's.
+pub fn fold_bias(
+    g: &Graph,
+    k: &mut MatmulKernel,
+    root: NodeId,
+    inside: &std::collections::BTreeSet<NodeId>,
+) -> Option<NodeId> {
+    if k.spec.bias.is_some() {
+        return None;
+    }
+    let product = ValueRef::new(root, 0);
+    if g.outputs.contains(&product) {
+        return None;
+    }
+    let users: Vec<NodeId> = (0..g.nodes.len())
+        .filter(|&i| {
+            g.nodes[i]
+                .args
+                .iter()
+                .any(|a| a.values().contains(&product))
+        })
+        .collect();
+    let [add] = users[..] else { return None };
+    let n = &g.nodes[add];
+    if n.op() != Some(Op::AddTensor) || !inside.contains(&add) {
+        return None;
+    }
+    if !matches!(n.arg("alpha"), None | Some(Arg::Int(1))) {
+        return None;
+    }
+    let (x, y) = (
+        n.arg("self").and_then(Arg::as_tensor)?,
+        n.arg("other").and_then(Arg::as_tensor)?,
+    );
+    let bias = match (x == product, y == product) {
+        (true, false) => y,
+        (false, true) => x,
+        _ => return None,
+    };
+    let shape = static_shape(g, product)?;
+    if inside.contains(&bias.node)
+        || g.ty(bias).dtype != DType::F32
+        || static_shape(g, ValueRef::new(add, 0))? != shape
+    {
+        return None;
+    }
+    let (src, view, _) = read_through(g, bias, false, |l| {
+        let e = l.expand(&shape)?;
+        match shape.len() {
+            2 => as_operand(&e),
+            _ => as_operand(&e.reshape(&[k.spec.batch, k.spec.m, k.spec.n])?),
+        }
+    })?;
+    if inside.contains(&src.node) {
+        return None;
+    }
+    k.spec.bias = Some(view);
+    k.spec.beta = 1.0;
+    k.bias = Some(src);
+    Some(add)
+}
+
 /// `convolution` as a [`ConvKernel`]: 1-D or 2-D, not transposed, f32.
 pub fn conv_spec(g: &Graph, node: NodeId) -> Result<ConvKernel, String> {
     let a = Args { g, node };

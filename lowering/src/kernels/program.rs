@@ -241,9 +241,19 @@ fn elementwise_steps(
 fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
     let root = k.root;
     let all = members(k);
+    // The node whose value the product step writes: the root, or an add of a bias folded
+    // into the product.
+    let mut computed = root;
     let (kernel, operands, grid) = match k.kind {
         KernelKind::Matmul => {
-            let m = super::dense::matmul_spec(g, root)?;
+            let mut m = super::dense::matmul_spec(g, root)?;
+            // Only when no other kernel reads the product itself (one recomputing the add).
+            let read_outside = k.outputs.contains(&ValueRef::new(root, 0));
+            if !read_outside {
+                if let Some(add) = super::dense::fold_bias(g, &mut m, root, &all) {
+                    computed = add;
+                }
+            }
             let mut ops = vec![m.a, m.b];
             ops.extend(m.bias);
             let grid = vec![m.spec.batch, m.spec.m.div_ceil(m.spec.block_rows().max(1))];
@@ -331,12 +341,13 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
         steps.extend(more);
     }
     let srcs = operand_ids(g, &operands, &BTreeSet::new(), vals)?;
-    let product = ValueRef::new(root, 0);
+    let product = ValueRef::new(computed, 0);
     let dst = vals.id(product)?;
     steps.push(Step {
         nodes: prologue
             .iter()
             .chain([&root])
+            .chain((computed != root).then_some(&computed))
             .map(|&i| g.nodes[i].name.clone())
             .collect(),
         launch: launch(vals, &srcs, &[dst], grid),
@@ -347,13 +358,13 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
     let epilogue: BTreeSet<NodeId> = all
         .iter()
         .copied()
-        .filter(|i| *i != root && !prologue.contains(i))
+        .filter(|i| *i != root && *i != computed && !prologue.contains(i))
         .collect();
     let outs: Vec<ValueRef> = k
         .outputs
         .iter()
         .copied()
-        .filter(|v| v.node != root)
+        .filter(|v| v.node != root && v.node != computed)
         .collect();
     if outs.iter().any(|v| prologue.contains(&v.node)) {
         return Err("a value of the matmul/conv prologue is used outside the kernel".into());
