@@ -24,18 +24,20 @@ pub const KC: usize = 512;
 
 /// The panel depth for a product over `k`: all of `k` up to 384 (one panel, so a shallow
 /// product such as a 3x3 convolution over 32 channels, `k = 288`, has no short tail panel),
-/// else `k` split evenly into the fewest panels of at most [`KC`] (`k = 576`: two of 288, not
-/// 512 and a tail of 64). Panels of 512 rather than 256 halve how often each tile of `C` is
-/// reloaded and stored: the linear layers of the MLP and encoder benchmarks ran 5-7% faster
-/// on one thread (256, 384, 512, 768 and 1024 measured). A function of `k` alone, so results
-/// do not depend on tiling or threads.
+/// else [`KC`] (then a tail). Panels of 512 rather than 256 halve how often each tile of `C`
+/// is reloaded and stored: the linear layers of the MLP and encoder benchmarks ran 5-7% faster
+/// on one thread (256, 384, 512, 768 and 1024 measured). Splitting `k` evenly instead (576 as
+/// 2 x 288) moved the torchvision resnet18 training test's `conv1.weight` gradient to 2e-2
+/// from float64 (eager's own distance; 1e-5 otherwise) and is not used. A function of `k`
+/// alone, so results do not depend on tiling or threads.
 pub fn kc_for(k: usize) -> usize {
     if k <= 384 {
         k.max(1)
     } else {
-        k.div_ceil(k.div_ceil(KC))
+        KC
     }
 }
+
 /// Largest width of a shared packed panel of `B` (columns): `KC * NC * 4` bytes stay in L3.
 const NC: usize = 4096;
 
