@@ -271,8 +271,8 @@ fn view_chain(g: &Graph, v: ValueRef, scales: bool) -> Vec<ValueRef> {
 }
 
 /// Where the last value of `chain` (source first, as from [`view_chain`]) lies: composes the
-/// steps' layouts forward from the source. A step that is not a strided view makes the value
-/// before it (or, failing that, its own) the source, read as it is laid out.
+/// steps' layouts forward from the source; `None` at a step that is not a strided view
+/// ([`read_through`] then starts further along the chain).
 fn compose(g: &Graph, chain: &[ValueRef]) -> Option<Strided> {
     let (&first, rest) = chain.split_first()?;
     let mut at = Strided {
@@ -280,35 +280,16 @@ fn compose(g: &Graph, chain: &[ValueRef]) -> Option<Strided> {
         layout: Layout::contiguous(&static_shape(g, first)?),
         scale: 1.0,
     };
-    let mut prev = first;
     for &val in rest {
-        let new_shape = static_shape(g, val)?;
-        if let Some((layout, scale)) = view_step(g, val, &at.layout, &new_shape) {
-            at.layout = layout;
-            at.scale *= scale;
-        } else {
-            // Not a view of the source: read this step's input, as it is laid out itself.
-            let prev_shape = static_shape(g, prev)?;
-            at = match view_step(g, val, &Layout::contiguous(&prev_shape), &new_shape) {
-                Some((layout, scale)) => Strided {
-                    value: prev,
-                    layout,
-                    scale,
-                },
-                None => Strided {
-                    value: val,
-                    layout: Layout::contiguous(&new_shape),
-                    scale: 1.0,
-                },
-            };
-        }
-        prev = val;
+        let (layout, scale) = view_step(g, val, &at.layout, &static_shape(g, val)?)?;
+        at.layout = layout;
+        at.scale *= scale;
     }
     Some(at)
 }
 
-/// The first view of `v` along its [`view_chain`], from the deepest source on, that `accept`
-/// turns into an operand; `v` itself, read contiguously, when none does.
+/// The first view of `v` along its [`view_chain`], from the deepest source on, that composes
+/// and that `accept` turns into an operand; `v` itself, read contiguously, when none does.
 fn read_through<T>(
     g: &Graph,
     v: ValueRef,
@@ -436,21 +417,23 @@ pub fn matmul_spec(g: &Graph, node: NodeId) -> Result<MatmulKernel, String> {
 }
 
 /// Folds `add(product, bias)` after an `mm`/`bmm` into the product's own bias (`beta = 1`),
-/// when the add is the product's only use, adds with `alpha = 1` and the bias is read from
-/// outside `inside` (the kernel's nodes) and broadcasts to the product's shape without
-/// broadcasting the product. Returns the add node, now computed by the matmul; the sum is the
-/// same single rounding as the add's.
+/// when the add is the product's only use, no other kernel reads the bare product (one that
+/// recomputes the add would: it is in `written`, the kernel's outputs), the add has
+/// `alpha = 1` and the bias is read from outside `inside` (the kernel's nodes) and broadcasts to
+/// the product's shape without broadcasting the product. Returns the add node, now computed
+/// by the matmul; the sum is the same single rounding as the add's.
 pub fn fold_bias(
     g: &Graph,
     k: &mut MatmulKernel,
     root: NodeId,
     inside: &std::collections::BTreeSet<NodeId>,
+    written: &[ValueRef],
 ) -> Option<NodeId> {
     if k.spec.bias.is_some() {
         return None;
     }
     let product = ValueRef::new(root, 0);
-    if g.outputs.contains(&product) {
+    if g.outputs.contains(&product) || written.contains(&product) {
         return None;
     }
     let users: Vec<NodeId> = (0..g.nodes.len())

@@ -247,12 +247,8 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
     let (kernel, operands, grid) = match k.kind {
         KernelKind::Matmul => {
             let mut m = super::dense::matmul_spec(g, root)?;
-            // Only when no other kernel reads the product itself (one recomputing the add).
-            let read_outside = k.outputs.contains(&ValueRef::new(root, 0));
-            if !read_outside {
-                if let Some(add) = super::dense::fold_bias(g, &mut m, root, &all) {
-                    computed = add;
-                }
+            if let Some(add) = super::dense::fold_bias(g, &mut m, root, &all, &k.outputs) {
+                computed = add;
             }
             let mut ops = vec![m.a, m.b];
             ops.extend(m.bias);
