@@ -395,13 +395,23 @@ fn compilation_is_deterministic_across_runs_and_thread_counts() {
     std::fs::remove_dir_all(&tmp).ok();
 }
 
-/// The kinds of the steps of a testdata model's -O2 program, and how many carry a fused
-/// epilogue.
-fn step_kinds(model: &str) -> (Vec<&'static str>, usize) {
-    use fxhlo_runtime::fast::Kernel;
+/// A testdata model and its -O2 artifact.
+fn compiled(model: &str) -> (fxhlo::TestCase, Artifact) {
     let dir = testdata().into_iter().find(|d| d.ends_with(model)).unwrap();
     let case = load_case(&dir, None).unwrap();
     let a = compile(&case.model, &CompileOptions::default()).unwrap();
+    (case, a)
+}
+
+/// The kinds of the steps of a testdata model's -O2 program, and how many carry a fused
+/// epilogue.
+fn step_kinds(model: &str) -> (Vec<&'static str>, usize) {
+    step_kinds_of(&compiled(model).1)
+}
+
+/// [`step_kinds`] of an artifact.
+fn step_kinds_of(a: &Artifact) -> (Vec<&'static str>, usize) {
+    use fxhlo_runtime::fast::Kernel;
     let steps = &a.header.program.steps;
     let fused = steps
         .iter()
@@ -440,9 +450,8 @@ fn fused_products_live_in_their_epilogue_results() {
     // mlp: the two products under GELU are read by nothing else, so they get no buffer: each
     // is computed into its epilogue's result and the epilogue runs there in place.
     for (model, want) in [("mlp", 2), ("cnn", 2)] {
-        let dir = testdata().into_iter().find(|d| d.ends_with(model)).unwrap();
-        let case = load_case(&dir, None).unwrap();
-        let ex = executor(compile(&case.model, &CompileOptions::default()).unwrap(), 2);
+        let (case, a) = compiled(model);
+        let ex = executor(a, 2);
         let p = &ex.artifact().header.program;
         let plan = ex.memory_plan();
         let in_place = p
@@ -482,19 +491,14 @@ fn attention_reads_the_heads_of_its_projection_in_place() {
     // q, k and v are scaled views of the packed in-projection with `batch * heads` two strides
     // apart: the score and value products read them in place (no copies of q, k or v). The one
     // elementwise step left gathers the heads' outputs into rows for the out-projection.
-    let (kinds, _) = step_kinds("transformer_encoder");
+    let (case, a) = compiled("transformer_encoder");
+    let (kinds, _) = step_kinds_of(&a);
     let copies = kinds.iter().filter(|k| **k == "elementwise").count();
     assert_eq!(copies, 1, "{kinds:?}");
     assert_eq!(&kinds[..2], ["matmul", "matmul"], "{kinds:?}");
     // The in-projection is `bmm` then `add(bias)`: the add becomes the product's own bias,
     // so that step has no epilogue left.
     use fxhlo_runtime::fast::Kernel;
-    let dir = testdata()
-        .into_iter()
-        .find(|d| d.ends_with("transformer_encoder"))
-        .unwrap();
-    let case = load_case(&dir, None).unwrap();
-    let a = compile(&case.model, &CompileOptions::default()).unwrap();
     let Kernel::Matmul { spec, epilogue } = &a.header.program.steps[0].kernel else {
         panic!("the first step is not a matmul");
     };
