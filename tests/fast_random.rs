@@ -1,5 +1,6 @@
 //! The fast runtime against the reference interpreter on the optimizer's seeded random graphs
-//! (elementwise, reductions, matmuls, reshapes, permutes, attention-like strided views): every
+//! (elementwise, reductions and chains of them over the same rows, matmuls, reshapes, permutes,
+//! attention-like strided views): every
 //! kernel family the program builder picks must agree with the oracle, at -O0 and -O2.
 
 #[path = "../passes/tests/common/mod.rs"]
@@ -32,6 +33,11 @@ fn random_graphs_agree_with_the_interpreter() {
             });
             for s in &a.header.program.steps {
                 *kinds.entry(s.kernel.kind()).or_default() += 1;
+                if let fxhlo_runtime::fast::Kernel::RowReduce(r) = &s.kernel {
+                    if r.stages.len() > 1 {
+                        *kinds.entry("reduction of several stages").or_default() += 1;
+                    }
+                }
                 if let fxhlo_runtime::fast::Kernel::Matmul { spec, .. } = &s.kernel {
                     if spec.a.grouped() || spec.b.grouped() {
                         *kinds.entry("matmul, grouped batch").or_default() += 1;
@@ -79,6 +85,7 @@ fn random_graphs_agree_with_the_interpreter() {
     for (k, min) in [
         ("elementwise", 20),
         ("reduction", 20),
+        ("reduction of several stages", 10),
         ("matmul", 20),
         ("matmul/conv in place", 20),
         ("matmul, grouped batch", 10),

@@ -482,8 +482,31 @@ fn fused_products_live_in_their_epilogue_results() {
 fn attention_mask_guards_run_on_fast_kernels() {
     // The `where(all masked, 0, softmax)` guard of PyTorch's attention reduces a bool mask
     // with `any`: a row reduction over bools, not a fallback.
-    let (kinds, _) = step_kinds("transformer_encoder");
+    let (case, a) = compiled("transformer_encoder");
+    let (kinds, _) = step_kinds_of(&a);
     assert!(!kinds.contains(&"fallback"), "{kinds:?}");
+    // The guard's `any` and the softmax read the same rows of scores: one row kernel of two
+    // stages, the guard kept in scratch, and no step of its own.
+    use fxhlo_runtime::fast::reduce::ReduceOp;
+    use fxhlo_runtime::fast::Kernel;
+    let stages: Vec<Vec<ReduceOp>> = a
+        .header
+        .program
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kernel {
+            Kernel::RowReduce(r) => Some(r.stages.iter().map(|st| st.op).collect()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        stages.contains(&vec![ReduceOp::Any, ReduceOp::Softmax]),
+        "{stages:?}"
+    );
+    assert!(!stages.contains(&vec![ReduceOp::Any]), "{stages:?}");
+    let got = executor(a, 2).run(&case.inputs).unwrap();
+    let cmp = check_outputs(&case, &got, None).unwrap();
+    assert!(cmp.iter().all(|c| c.ok()), "{cmp:?}");
 }
 
 #[test]

@@ -516,10 +516,29 @@ fn corrupted_row_reductions_are_rejected_before_running() {
     let mut bad_rows = rr.clone();
     bad_rows.rows = 3;
     let mut bad_len = rr.clone();
-    bad_len.len = 17;
+    bad_len.stages[0].len = 17;
     let mut bad_slot = rr.clone();
-    bad_slot.prologue.map_slots(|s| s + 5);
-    for bad in [bad_rows, bad_len, bad_slot] {
+    bad_slot.stages[0].prologue.map_slots(|s| s + 5);
+    // A prologue may read earlier stages' outputs only; a first stage has none.
+    let mut bad_scratch = rr.clone();
+    bad_scratch.stages[0].prologue.map_slots(|s| s + 5);
+    let mut no_stage = rr.clone();
+    no_stage.stages.clear();
+    // An earlier stage whose output would be a whole (non-row) expression.
+    let mut whole_early = rr.clone();
+    let mut early = rr.stages[0].clone();
+    early.outputs = vec![fxhlo_runtime::fast::reduce::RowOut::Whole {
+        expr: rr.stages[0].prologue.clone(),
+    }];
+    whole_early.stages.insert(0, early);
+    for bad in [
+        bad_rows,
+        bad_len,
+        bad_slot,
+        bad_scratch,
+        no_stage,
+        whole_early,
+    ] {
         assert!(bad.validate(&srcs).is_err(), "{bad:?}");
         let mut a = vec![0f32; 64];
         let mut b = vec![0f32; 4];
@@ -530,4 +549,86 @@ fn corrupted_row_reductions_are_rejected_before_running() {
     let mut a = vec![0f32; 64];
     let mut b = vec![0f32; 5];
     assert!(run_row_reduce(&rr, &srcs, &mut [Dst::F32(&mut a), Dst::F32(&mut b)]).is_err());
+}
+
+/// Compiles the reduction kernels of `g` as the stages of one row kernel (the earlier kernels'
+/// outputs kept in scratch), runs it and compares the last kernel's outputs; `Err` where the
+/// kernels do not chain.
+fn check_chain(g: &Graph, seed: u64) -> Result<usize, String> {
+    use fxhlo_runtime::fast::reduce::run_row_reduce;
+    use fxhlo_runtime::fast::Dst;
+    let plan = fusion::plan(g);
+    let vals = reference(g, seed);
+    let ks: Vec<&fusion::Kernel> = plan
+        .kernels
+        .iter()
+        .filter(|k| k.kind == KernelKind::Reduction)
+        .collect();
+    let last = ks.last().expect("a reduction");
+    let mut slots = Slots::default();
+    let rr = fxhlo_lowering::kernels::reduce::build_chain(g, &ks, &mut slots)?;
+    let bufs: Vec<Buf> = slots.values.iter().map(|v| buf(&vals[v])).collect();
+    let srcs: Vec<Src> = bufs.iter().map(src).collect();
+    // No earlier reduction's output is read: each stays inside.
+    for v in &slots.values {
+        let inner = ks.iter().any(|k| k.outputs.contains(v));
+        assert!(!inner, "{} is read", g.value_name(*v));
+    }
+    let mut outs: Vec<Vec<f32>> = last
+        .outputs
+        .iter()
+        .map(|&o| vec![f32::NAN; shape_of(g, o).iter().product()])
+        .collect();
+    let mut dsts: Vec<Dst> = outs.iter_mut().map(|o| Dst::F32(o)).collect();
+    run_row_reduce(&rr, &srcs, &mut dsts).unwrap_or_else(|m| panic!("{m}\n{rr:?}"));
+    for (o, out) in last.outputs.iter().zip(&outs) {
+        close(out, &vals[o].f64s(), g.value_name(*o));
+    }
+    Ok(rr.stages.len())
+}
+
+#[test]
+fn chained_row_reductions_keep_earlier_outputs_in_scratch() {
+    // Layer norm, then softmax of its scaled rows (several row blocks).
+    let g = graph(
+        "  %x: f32[64, 1024] = input
+  %w: f32[1024] = input
+  %b: f32[1024] = input
+  ln: %n: f32[64, 1024], %mean: f32[64, 1], %rstd: f32[64, 1] = aten.native_layer_norm.default(%x, %w, %b, normalized_shape=[1024], eps=1e-5)
+  %s: f32[64, 1024] = aten.mul.Scalar(%n, other=3.0)
+  %sm: f32[64, 1024] = aten._softmax.default(%s, dim=-1, half_to_float=false)
+  return %sm",
+    );
+    assert_eq!(check_chain(&g, 6), Ok(2));
+    // Softmax under the all-masked-row guard: `any` and softmax read the same rows, and a
+    // log-softmax of an exp on top: three stages. Rows whose first element is <= 0 are
+    // masked whole (-inf): the guard gives them zeros, where a bare softmax gives NaN.
+    let g = graph(
+        "  %x0: f32[3, 5, 40] = input
+  %c: f32[3, 5, 1] = aten.slice.Tensor(%x0, dim=2, start=0, end=1, step=1)
+  %le: bool[3, 5, 1] = aten.le.Scalar(%c, other=0.0)
+  %ninf: f32[3, 5, 1] = aten.full.default(size=[3, 5, 1], fill_value=-inf, dtype=f32)
+  %zero: f32[3, 5, 1] = aten.full.default(size=[3, 5, 1], fill_value=0, dtype=f32)
+  %pad: f32[3, 5, 1] = aten.where.self(%le, %ninf, %zero)
+  %x: f32[3, 5, 40] = aten.add.Tensor(%x0, %pad)
+  %eq: bool[3, 5, 40] = aten.eq.Scalar(%x, other=-inf)
+  %ne: bool[3, 5, 40] = aten.logical_not.default(%eq)
+  %any: bool[3, 5, 1] = aten.any.dim(%ne, dim=-1, keepdim=true)
+  %masked: bool[3, 5, 1] = aten.logical_not.default(%any)
+  %z: f32[3, 5, 40] = aten.full.default(size=[3, 5, 40], fill_value=0, dtype=f32)
+  %sm: f32[3, 5, 40] = aten._softmax.default(%x, dim=-1, half_to_float=false)
+  %p: f32[3, 5, 40] = aten.where.self(%masked, %z, %sm)
+  %e: f32[3, 5, 40] = aten.exp.default(%p)
+  %ls: f32[3, 5, 40] = aten._log_softmax.default(%e, dim=-1, half_to_float=false)
+  return %ls",
+    );
+    assert_eq!(check_chain(&g, 7), Ok(3));
+    // Rows that differ (a softmax over the last dim, then a sum over the first) do not chain.
+    let g = graph(
+        "  %x: f32[4, 8] = input
+  %sm: f32[4, 8] = aten._softmax.default(%x, dim=-1, half_to_float=false)
+  %t: f32[8] = aten.sum.dim_IntList(%sm, dim=[0])
+  return %t",
+    );
+    assert!(check_chain(&g, 8).is_err());
 }

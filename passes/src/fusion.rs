@@ -240,13 +240,16 @@ pub fn plan(g: &Graph) -> FusionPlan {
         if owner[root].is_some() {
             continue;
         }
-        // Every consumer's kernel recomputes it (a consumer recomputed itself, in kernels that
-        // all recompute this node too): no kernel of its own (adopted below).
+        // Every kernel that computes a consumer (owns it, or recomputes it) recomputes this
+        // node too: no kernel of its own (adopted below). A kernel that recomputes a consumer
+        // but not this node reads it, so it must be written; a creation op without operands
+        // is recomputed by every kernel that reads it (below), so that does not count.
         let by = &recomputed_by[root];
+        let creation = producers(root).is_empty();
         let recomputed_everywhere = !is_output[root]
             && !users[root].is_empty()
             && users[root].iter().all(|u| match owner[*u] {
-                Some(k) => by.contains(&k),
+                Some(k) => by.contains(&k) && (creation || recomputed_by[*u].is_subset(by)),
                 None => !recomputed_by[*u].is_empty() && recomputed_by[*u].is_subset(by),
             });
         if recomputed_everywhere {

@@ -106,8 +106,28 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
         }
     }
     let mut report = BuildReport::default();
-    for k in &plan.kernels {
-        let steps = build_kernel(g, k, &mut vals)?;
+    let (chains, absorbed) = reduction_chains(g, plan);
+    for (i, k) in plan.kernels.iter().enumerate() {
+        if absorbed.contains(&i) {
+            continue;
+        }
+        let steps = match chains.get(&i) {
+            Some(chain) => {
+                let ks: Vec<&FusionKernel> = chain.iter().map(|&j| &plan.kernels[j]).collect();
+                match reduction_step(g, &ks, &mut vals) {
+                    Ok(s) => vec![s],
+                    // Not expected (the chain compiled when it was found): the kernels alone.
+                    Err(_) => {
+                        let mut steps = vec![];
+                        for k in ks {
+                            steps.extend(build_kernel(g, k, &mut vals)?);
+                        }
+                        steps
+                    }
+                }
+            }
+            None => build_kernel(g, k, &mut vals)?,
+        };
         for s in steps {
             for &d in &s.dsts {
                 if let Some(Some(v)) = vals.refs.get(d as usize) {
@@ -146,7 +166,7 @@ fn build_kernel(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Ve
         }
         KernelKind::Matmul | KernelKind::Conv => heavy_steps(g, k, vals),
         KernelKind::Other => other_step(g, k, vals).map(|s| vec![s]),
-        KernelKind::Reduction => reduction_step(g, k, vals).map(|s| vec![s]),
+        KernelKind::Reduction => reduction_step(g, &[k], vals).map(|s| vec![s]),
     };
     match fast {
         Ok(steps) => Ok(steps),
@@ -423,19 +443,69 @@ fn fuse_epilogue(heavy: &mut Step, epi: &Step, product: ValueId, vals: &Values<'
 }
 
 /// A reduction kernel with its prologue and epilogue.
-fn reduction_step(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Step, String> {
+fn reduction_step(g: &Graph, ks: &[&FusionKernel], vals: &mut Values<'_>) -> Result<Step, String> {
+    let last = ks.last().ok_or("no kernel")?;
     let mut slots = Slots::default();
-    let r = super::reduce::build(g, k, &mut slots)?;
-    let srcs = operand_ids(g, &slots.values, &members(k), vals)?;
-    let dsts = operand_ids(g, &k.outputs, &BTreeSet::new(), vals)?;
+    let r = super::reduce::build_chain(g, ks, &mut slots)?;
+    let inside: BTreeSet<NodeId> = ks.iter().flat_map(|k| members(k)).collect();
+    let srcs = operand_ids(g, &slots.values, &inside, vals)?;
+    let dsts = operand_ids(g, &last.outputs, &BTreeSet::new(), vals)?;
     let launch = launch(vals, &srcs, &dsts, vec![r.rows.max(1)]);
     Ok(Step {
-        nodes: node_names(g, k),
+        nodes: ks.iter().flat_map(|k| node_names(g, k)).collect(),
         srcs,
         dsts,
         launch,
         kernel: Kernel::RowReduce(Box::new(r)),
     })
+}
+
+/// Reduction kernels that run as the earlier stages of a later one over the same rows (see
+/// [`build_chain`](super::reduce::build_chain)): for each last kernel, the chain's kernels in
+/// plan order, and the set of kernels taken into a chain. A kernel joins when every reader of
+/// its outputs is in the chain already and none is a graph output (so its outputs need never
+/// be written), and the chain with it still compiles.
+fn reduction_chains(
+    g: &Graph,
+    plan: &FusionPlan,
+) -> (BTreeMap<usize, Vec<usize>>, BTreeSet<usize>) {
+    let ks = &plan.kernels;
+    let mut readers: BTreeMap<ValueRef, BTreeSet<usize>> = BTreeMap::new();
+    for (i, k) in ks.iter().enumerate() {
+        for &v in &k.inputs {
+            readers.entry(v).or_default().insert(i);
+        }
+    }
+    let returned: BTreeSet<ValueRef> = g.outputs.iter().copied().collect();
+    let reduction = |i: usize| ks[i].kind == KernelKind::Reduction && !ks[i].outputs.is_empty();
+    let (mut chains, mut absorbed) = (BTreeMap::new(), BTreeSet::new());
+    for b in (0..ks.len()).rev() {
+        if !reduction(b) || absorbed.contains(&b) {
+            continue;
+        }
+        let mut chain = BTreeSet::from([b]);
+        for a in (0..b).rev() {
+            let joins = reduction(a)
+                && ks[a].outputs.iter().all(|v| {
+                    !returned.contains(v) && readers.get(v).is_some_and(|r| r.is_subset(&chain))
+                });
+            if !joins {
+                continue;
+            }
+            let mut with: Vec<usize> = chain.iter().copied().collect();
+            with.push(a);
+            with.sort_unstable();
+            let kernels: Vec<&FusionKernel> = with.iter().map(|&j| &ks[j]).collect();
+            if super::reduce::build_chain(g, &kernels, &mut Slots::default()).is_ok() {
+                chain.insert(a);
+            }
+        }
+        if chain.len() > 1 {
+            absorbed.extend(chain.iter().copied().filter(|&j| j != b));
+            chains.insert(b, chain.into_iter().collect());
+        }
+    }
+    (chains, absorbed)
 }
 
 /// Pooling and gathers (single-node kernels).

@@ -5,18 +5,34 @@
 //! dimensions). Every kernel output other than the root's own results becomes an epilogue
 //! expression over its shape, where the root's results and its input rows are read from the
 //! kernel's scratch slots; one that reads neither is run on its own over the whole output.
+//!
+//! Several reduction kernels over the same rows, each read only by the later ones (a layer
+//! norm feeding a softmax, the `any` guard of a softmax), compile as one [`RowReduce`] of
+//! several stages ([`build_chain`]): the earlier kernels' outputs stay in per-block scratch.
 
 use super::expr::{build as build_expr, build_permuted, build_with, describe};
 use super::Slots;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_passes::fusion::{Kernel, KernelKind};
 use fxhlo_runtime::fast::expr::{Expr, LeafSrc};
-use fxhlo_runtime::fast::reduce::{ReduceOp, RowOut, RowReduce};
+use fxhlo_runtime::fast::reduce::{ReduceOp, RowOut, RowReduce, RowStage};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Placeholder slot of scratch buffer `k` until the operand count is known.
 fn placeholder(k: u32) -> u32 {
     u32::MAX - k
+}
+
+/// Scratch buffers a stage can name: its input rows, three results, and the outputs of the
+/// earlier stages.
+const MAX_SCRATCH: u32 = 64;
+
+/// Scratch slots `0..OWN` of a stage are its own input rows and results; `OWN + j` is output
+/// `j` of the earlier stages.
+const OWN: u32 = 4;
+
+fn is_placeholder(slot: u32) -> bool {
+    slot > u32::MAX - MAX_SCRATCH
 }
 
 fn shape(g: &Graph, v: ValueRef) -> Result<Vec<usize>, String> {
@@ -39,6 +55,73 @@ fn norm_dim(d: i64, rank: usize) -> Option<usize> {
 /// `srcs[i]` is `slots.values[i]`. Returns Err (the caller falls back) for reductions,
 /// dimensions, dtypes or epilogues it cannot compile.
 pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, String> {
+    build_chain(g, &[k], slots)
+}
+
+/// Compiles reduction kernels over the same rows as the stages of one kernel, in order: the
+/// outputs of every kernel but the last stay in scratch, where the later ones read them, and
+/// `dsts[j]` is `ks.last().outputs[j]`. The caller checks that nothing else reads those
+/// outputs; Err where the rows differ or a later kernel does not read them row by row.
+pub fn build_chain(g: &Graph, ks: &[&Kernel], slots: &mut Slots) -> Result<RowReduce, String> {
+    let mut carried: BTreeMap<ValueRef, u32> = BTreeMap::new();
+    let mut stages = vec![];
+    let mut rows = None;
+    for (i, k) in ks.iter().enumerate() {
+        let (st, r) = stage(g, k, slots, &carried)?;
+        if rows.is_some_and(|x| x != r) {
+            return Err(format!(
+                "{}: its rows are not those of the reduction before it",
+                describe(g, k.root)
+            ));
+        }
+        rows = Some(r);
+        if i + 1 < ks.len() {
+            for &o in &k.outputs {
+                let j = carried.len() as u32;
+                if OWN + j >= MAX_SCRATCH {
+                    return Err("too many values kept between reductions".into());
+                }
+                carried.insert(o, placeholder(OWN + j));
+            }
+        }
+        stages.push(st);
+    }
+    let n = slots.values.len() as u32;
+    let remap = |e: &mut Expr| {
+        e.map_slots(|s| {
+            if is_placeholder(s) {
+                n + (u32::MAX - s)
+            } else {
+                s
+            }
+        })
+    };
+    for st in stages.iter_mut() {
+        remap(&mut st.prologue);
+        for o in st.outputs.iter_mut() {
+            if let RowOut::Rows { expr } = o {
+                remap(expr);
+            }
+        }
+    }
+    let rr = RowReduce {
+        rows: rows.unwrap_or(0),
+        stages,
+    };
+    let last = ks.last().map_or(0, |k| k.root);
+    rr.check_structure(n as usize)
+        .map_err(|m| format!("{}: {m}", describe(g, last)))?;
+    Ok(rr)
+}
+
+/// One stage from a reduction kernel, with its rows; values of `carried` (outputs of earlier
+/// stages) are read from their scratch placeholders.
+fn stage(
+    g: &Graph,
+    k: &Kernel,
+    slots: &mut Slots,
+    carried: &BTreeMap<ValueRef, u32>,
+) -> Result<(RowStage, usize), String> {
     if k.kind != KernelKind::Reduction {
         return Err(format!(
             "kernel of {} is not a reduction",
@@ -191,8 +274,7 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
     let len: usize = red_sorted.iter().map(|&d| xs[d]).product();
 
     let members: BTreeSet<NodeId> = k.nodes.iter().chain(&k.recomputed).copied().collect();
-    let none = BTreeMap::new();
-    let prologue = build_permuted(g, &members, x, &perm, slots, &none)?;
+    let prologue = build_permuted(g, &members, x, &perm, slots, carried)?;
     // Layer norm's weight and bias over a row.
     let (mut weight, mut bias) = (None, None);
     if op == Op::NativeLayerNorm {
@@ -207,7 +289,7 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
         }
     }
     // Outputs.
-    let mut subst: BTreeMap<ValueRef, u32> = BTreeMap::new();
+    let mut subst: BTreeMap<ValueRef, u32> = carried.clone();
     if identity {
         subst.insert(x, placeholder(0));
     }
@@ -226,37 +308,22 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
         let scratch = expr
             .leaves()
             .iter()
-            .any(|l| matches!(l.src, LeafSrc::Slot { slot, .. } if slot >= placeholder(8)));
+            .any(|l| matches!(l.src, LeafSrc::Slot { slot, .. } if is_placeholder(slot)));
         outputs.push(if scratch {
             RowOut::Rows { expr }
         } else {
             RowOut::Whole { expr }
         });
     }
-    let n = slots.values.len() as u32;
-    let remap = |e: &mut Expr| {
-        e.map_slots(|s| {
-            if s >= placeholder(8) {
-                n + (u32::MAX - s)
-            } else {
-                s
-            }
-        })
-    };
-    for o in outputs.iter_mut() {
-        if let RowOut::Rows { expr } = o {
-            remap(expr);
-        }
-    }
-    let rr = RowReduce {
-        op: rop,
+    Ok((
+        RowStage {
+            op: rop,
+            len,
+            prologue,
+            weight,
+            bias,
+            outputs,
+        },
         rows,
-        len,
-        prologue,
-        weight,
-        bias,
-        outputs,
-    };
-    rr.check_structure(n as usize).map_err(|m| err(&m))?;
-    Ok(rr)
+    ))
 }

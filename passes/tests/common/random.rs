@@ -297,6 +297,7 @@ impl Gen {
                 }
             }
             14 if r == 3 => self.attention_like(x),
+            15 if r >= 2 => self.row_chain(x),
             _ => self.op("aten.relu.default", vec![("self", t(x))]),
         };
         self.pool.push(v);
@@ -304,6 +305,115 @@ impl Gen {
 }
 
 impl Gen {
+    /// Two or three reductions over the last dimension of `x`, each read only by the later
+    /// ones (a layer norm feeding a softmax, a softmax under PyTorch's all-masked-row guard):
+    /// one row kernel of several stages in the fast runtime.
+    fn row_chain(&mut self, x: ValueRef) -> ValueRef {
+        let t = |v: ValueRef| Arg::Tensor(v);
+        let first = if self.rng.below(2) == 0 {
+            self.layer_norm(x)
+        } else {
+            self.softmax(x, "aten._softmax.default")
+        };
+        let mid = match self.rng.below(3) {
+            0 => self.op(
+                "aten.mul.Scalar",
+                vec![("self", t(first)), ("other", Arg::Float(4.0))],
+            ),
+            1 => self.op("aten.exp.default", vec![("self", t(first))]),
+            _ => first,
+        };
+        match self.rng.below(5) {
+            0 => self.softmax(mid, "aten._softmax.default"),
+            1 => self.softmax(mid, "aten._log_softmax.default"),
+            2 => self.layer_norm(mid),
+            3 => self.op(
+                "aten.sum.dim_IntList",
+                vec![
+                    ("self", t(mid)),
+                    ("dim", Arg::Ints(vec![-1])),
+                    ("keepdim", Arg::Bool(true)),
+                ],
+            ),
+            _ => {
+                // where(!any(x != -inf), 0, softmax(x)), as torch's attention writes it.
+                let eq = self.op(
+                    "aten.eq.Scalar",
+                    vec![("self", t(mid)), ("other", Arg::Float(f64::NEG_INFINITY))],
+                );
+                let ne = self.op("aten.logical_not.default", vec![("self", t(eq))]);
+                let any = self.op(
+                    "aten.any.dim",
+                    vec![
+                        ("self", t(ne)),
+                        ("dim", Arg::Int(-1)),
+                        ("keepdim", Arg::Bool(true)),
+                    ],
+                );
+                let masked = self.op("aten.logical_not.default", vec![("self", t(any))]);
+                let size = self.shape(mid);
+                let zeros = self.op(
+                    "aten.full.default",
+                    vec![
+                        ("size", Arg::Ints(size)),
+                        ("fill_value", Arg::Int(0)),
+                        ("dtype", Arg::DType(DType::F32)),
+                    ],
+                );
+                let sm = self.softmax(mid, "aten._softmax.default");
+                self.op(
+                    "aten.where.self",
+                    vec![
+                        ("condition", t(masked)),
+                        ("self", t(zeros)),
+                        ("other", t(sm)),
+                    ],
+                )
+            }
+        }
+    }
+
+    /// `softmax` (or `log_softmax`, by `aten`) over the last dimension.
+    fn softmax(&mut self, x: ValueRef, aten: &str) -> ValueRef {
+        self.op(
+            aten,
+            vec![
+                ("self", Arg::Tensor(x)),
+                ("dim", Arg::Int(-1)),
+                ("half_to_float", Arg::Bool(false)),
+            ],
+        )
+    }
+
+    /// Layer norm over the last dimension, with a weight and bias half the time.
+    fn layer_norm(&mut self, x: ValueRef) -> ValueRef {
+        let n = *self.shape(x).last().expect("rank >= 1");
+        let mut args = vec![
+            ("input", Arg::Tensor(x)),
+            ("normalized_shape", Arg::Ints(vec![n])),
+            ("weight", Arg::None),
+            ("bias", Arg::None),
+            ("eps", Arg::Float(1e-5)),
+        ];
+        if self.rng.below(2) == 0 {
+            args[2].1 = Arg::Tensor(self.input(&[n]));
+            args[3].1 = Arg::Tensor(self.input(&[n]));
+        }
+        let name = self.name("ln");
+        let results = vec![name.clone(), format!("{name}_mean"), format!("{name}_rstd")];
+        let named = args.into_iter().map(|(k, a)| (k.to_string(), a)).collect();
+        self.b
+            .op(
+                &name,
+                "aten.native_layer_norm.default",
+                named,
+                results,
+                None,
+            )
+            .unwrap_or_else(|e| panic!("generator built an invalid layer norm: {e}"));
+        self.b.value(&name).unwrap()
+    }
+
     /// Products reading strided views of one rank-3 value `x` in place, the way attention reads
     /// its heads: an offset (`slice`, `select`), a scale folded into the product, two operands
     /// viewing the same value, or a batch two strides apart.

@@ -61,119 +61,204 @@ impl ReduceOp {
             _ => None,
         }
     }
-
-    fn num_results(&self) -> usize {
-        match self {
-            ReduceOp::LayerNorm { .. } => 3,
-            _ => 1,
-        }
-    }
 }
 
-/// How one kernel output is produced.
+/// How one output of a stage is produced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum RowOut {
-    /// Result `r` of the reduction, written as computed.
+    /// Result `r` of the stage's reduction, written as computed.
     Result(u32),
     /// An epilogue evaluated per row block over the output's own shape (`rows * per` elements,
     /// row-major with the rows outermost). Besides the kernel's operands (slots `0..n`, `n` =
-    /// number of `srcs`) it reads scratch slots: `n` the row block's input rows (`len` per row),
-    /// `n + 1 + r` result `r` of the reduction (see [`ReduceOp::result_per_row`]); each is
+    /// number of `srcs`) it reads scratch slots (see [`RowReduce::stages`]): `n` the row block's
+    /// input rows of its stage (`len` per row), `n + 1 + r` result `r` of its stage's reduction
+    /// (see [`ReduceOp::result_per_row`]), `n + 4 + j` output `j` of the earlier stages; each is
     /// indexed as if it were the whole buffer, and must be read row by row (checked).
     Rows {
         /// The expression (one output).
         expr: Expr,
     },
-    /// An expression that reads no scratch slot, run once over the whole output.
+    /// An expression that reads no scratch slot, run once over the whole output (last stage
+    /// only).
     Whole {
         /// The expression (one output).
         expr: Expr,
     },
 }
 
-/// A row reduction kernel with its prologue and epilogue.
+/// One reduction over the rows of a [`RowReduce`], with its prologue and epilogue.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RowReduce {
+pub struct RowStage {
     /// The reduction.
     pub op: ReduceOp,
-    /// Number of rows.
-    pub rows: usize,
-    /// Elements per row.
+    /// Elements per row of its input.
     pub len: usize,
-    /// The rows: one output over `rows * len` flat indices.
+    /// The input rows: one output over `rows * len` flat indices. Besides the operands it may
+    /// read the outputs of earlier stages (scratch slots `n + 4 + j`), row by row.
     pub prologue: Expr,
     /// Layer norm's weight over the `len` elements of a row (one output), if any.
     pub weight: Option<Expr>,
     /// Layer norm's bias, if any.
     pub bias: Option<Expr>,
-    /// One entry per kernel output (`dsts[j]`).
+    /// The stage's outputs: the kernel's outputs (`dsts[j]`) for the last stage, scratch
+    /// buffers read by the later stages for the others.
     pub outputs: Vec<RowOut>,
 }
 
-/// Scratch slot `n + k` of an epilogue: elements per row.
-fn scratch_per_row(k: &RowReduce, s: usize) -> Option<usize> {
-    if s == 0 {
-        Some(k.len)
-    } else {
-        k.op.result_per_row(s - 1, k.len)
+/// A row reduction kernel: one or more reductions over the same rows, each with a prologue
+/// and an epilogue, computed one row block at a time. The outputs of every stage but the last
+/// stay in per-block scratch, where the later stages read them (a layer norm feeding a softmax
+/// over the same rows, or the `any` guard of a softmax, never goes to memory).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowReduce {
+    /// Number of rows.
+    pub rows: usize,
+    /// The stages, in order (at least one).
+    pub stages: Vec<RowStage>,
+}
+
+/// Scratch slots `n..n + OWN` of an expression are its own stage's input rows and results.
+const OWN: usize = 4;
+
+/// Elements per row of a stage's output `o`.
+fn out_per_row(st: &RowStage, o: &RowOut, rows: usize) -> Option<usize> {
+    match o {
+        RowOut::Result(r) => st.op.result_per_row(*r as usize, st.len),
+        RowOut::Rows { expr } | RowOut::Whole { expr } => {
+            (rows > 0 && expr.numel().is_multiple_of(rows)).then(|| expr.numel() / rows)
+        }
     }
 }
 
 impl RowReduce {
+    /// The last stage, whose outputs are the kernel's.
+    fn last(&self) -> Option<&RowStage> {
+        self.stages.last()
+    }
+
     /// Elements of the kernel's output `j` (as the destination buffer must have).
     fn out_len(&self, j: usize) -> usize {
-        match &self.outputs[j] {
+        let Some(st) = self.last() else { return 0 };
+        match &st.outputs[j] {
             RowOut::Result(r) => self
                 .rows
-                .saturating_mul(self.op.result_per_row(*r as usize, self.len).unwrap_or(0)),
+                .saturating_mul(st.op.result_per_row(*r as usize, st.len).unwrap_or(0)),
             RowOut::Rows { expr } | RowOut::Whole { expr } => expr.numel(),
         }
     }
 
-    /// Checks every expression against operands of these lengths and kinds, and every scratch
-    /// read against the row structure, so that running cannot read out of bounds.
-    pub fn validate(&self, srcs: &[Src<'_>]) -> Result<(), String> {
-        let n = self
-            .rows
-            .checked_mul(self.len)
-            .filter(|&n| n <= i64::MAX as usize / 4)
-            .ok_or("row reduction is too large")?;
-        if self.len == 0 && matches!(self.op, ReduceOp::Max | ReduceOp::Min) && self.rows > 0 {
-            return Err("cannot take the maximum or minimum of empty rows".into());
+    /// Elements per row of the scratch outputs of the stages before `s`, in slot order.
+    fn carried_per_row(&self, s: usize) -> Vec<Option<usize>> {
+        self.stages[..s]
+            .iter()
+            .flat_map(|st| st.outputs.iter().map(move |o| (st, o)))
+            .map(|(st, o)| out_per_row(st, o, self.rows))
+            .collect()
+    }
+
+    /// Scratch slot `n + rel` of an expression of stage `s`: elements per row (`own`: whether
+    /// the stage's own input rows and results may be read).
+    fn scratch_per_row(&self, s: usize, rel: usize, own: bool) -> Option<usize> {
+        let st = &self.stages[s];
+        match rel {
+            0 if own => Some(st.len),
+            1..OWN if own => st.op.result_per_row(rel - 1, st.len),
+            _ if rel >= OWN => self.carried_per_row(s).get(rel - OWN).copied().flatten(),
+            _ => None,
         }
-        let one = |e: &Expr, numel: usize, what: &str| -> Result<(), String> {
-            if e.num_outputs() != 1 || e.numel() != numel {
-                return Err(format!(
-                    "{what} must have one output over {numel} elements, it has {} over {}",
-                    e.num_outputs(),
-                    e.numel()
-                ));
+    }
+
+    /// Checks everything that does not depend on the operands' lengths: the stages' programs
+    /// and sizes, and that every expression reads its scratch slots row by row, for a kernel
+    /// with `num_srcs` operands. Kernel builders call it so that a kernel that would fail
+    /// [`validate`](RowReduce::validate) is refused when it is built.
+    pub fn check_structure(&self, num_srcs: usize) -> Result<(), String> {
+        if self.stages.is_empty() {
+            return Err("a row reduction has at least one stage".into());
+        }
+        let last = self.stages.len() - 1;
+        for (s, st) in self.stages.iter().enumerate() {
+            let at = |m: String| {
+                if last == 0 {
+                    m
+                } else {
+                    format!("stage {s}: {m}")
+                }
+            };
+            let n = self
+                .rows
+                .checked_mul(st.len)
+                .filter(|&n| n <= i64::MAX as usize / 4)
+                .ok_or_else(|| at("row reduction is too large".into()))?;
+            if st.len == 0 && matches!(st.op, ReduceOp::Max | ReduceOp::Min) && self.rows > 0 {
+                return Err(at("cannot take the maximum or minimum of empty rows".into()));
             }
-            e.validate(srcs).map_err(|m| format!("{what}: {m}"))
-        };
-        one(&self.prologue, n, "prologue")?;
-        if let Some(w) = &self.weight {
-            one(w, self.len, "weight")?;
-        }
-        if let Some(b) = &self.bias {
-            one(b, self.len, "bias")?;
-        }
-        if (self.weight.is_some() || self.bias.is_some())
-            && !matches!(self.op, ReduceOp::LayerNorm { .. })
-        {
-            return Err("only layer norm has a weight and bias".into());
-        }
-        let ns = srcs.len();
-        for (j, o) in self.outputs.iter().enumerate() {
-            match o {
-                RowOut::Result(r) => {
-                    if self.op.result_per_row(*r as usize, self.len).is_none() {
-                        return Err(format!("output {j}: the reduction has no result {r}"));
+            if (st.weight.is_some() || st.bias.is_some())
+                && !matches!(st.op, ReduceOp::LayerNorm { .. })
+            {
+                return Err(at("only layer norm has a weight and bias".into()));
+            }
+            for (e, numel) in [(&st.weight, st.len), (&st.bias, st.len)] {
+                if let Some(e) = e {
+                    one_output(e, numel).map_err(&at)?;
+                    if e.slots().iter().any(|&(slot, _)| slot as usize >= num_srcs) {
+                        return Err(at("a weight or bias reads a scratch slot".into()));
                     }
                 }
-                RowOut::Whole { expr } => one(expr, expr.numel(), &format!("output {j}"))?,
-                RowOut::Rows { expr } => {
-                    self.validate_rows(expr, srcs, ns)
+            }
+            one_output(&st.prologue, n).map_err(&at)?;
+            self.check_scratch_reads(&st.prologue, num_srcs, s, false)
+                .map_err(|m| at(format!("prologue: {m}")))?;
+            for (j, o) in st.outputs.iter().enumerate() {
+                match o {
+                    RowOut::Result(r) => {
+                        if st.op.result_per_row(*r as usize, st.len).is_none() {
+                            return Err(at(format!("output {j}: the reduction has no result {r}")));
+                        }
+                    }
+                    RowOut::Whole { expr } => {
+                        if s != last {
+                            return Err(at(format!(
+                                "output {j}: only the last stage runs whole outputs"
+                            )));
+                        }
+                        expr.validate_program()?;
+                        if expr.num_outputs() != 1 {
+                            return Err(format!("output {j} has one value"));
+                        }
+                        if expr
+                            .slots()
+                            .iter()
+                            .any(|&(slot, _)| slot as usize >= num_srcs)
+                        {
+                            return Err(format!("output {j} reads a scratch slot"));
+                        }
+                    }
+                    RowOut::Rows { expr } => self
+                        .check_scratch_reads(expr, num_srcs, s, true)
+                        .map_err(|m| at(format!("output {j}: {m}")))?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the structure (see [`check_structure`](RowReduce::check_structure)), then every
+    /// operand read against the operands' kinds and lengths, so that running cannot read out
+    /// of bounds.
+    pub fn validate(&self, srcs: &[Src<'_>]) -> Result<(), String> {
+        let ns = srcs.len();
+        self.check_structure(ns)?;
+        for st in &self.stages {
+            for e in [Some(&st.prologue), st.weight.as_ref(), st.bias.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                e.validate_operands(srcs, ns)?;
+            }
+            for (j, o) in st.outputs.iter().enumerate() {
+                if let RowOut::Rows { expr } | RowOut::Whole { expr } = o {
+                    expr.validate_operands(srcs, ns)
                         .map_err(|m| format!("output {j}: {m}"))?;
                 }
             }
@@ -181,62 +266,18 @@ impl RowReduce {
         Ok(())
     }
 
-    fn validate_rows(&self, e: &Expr, srcs: &[Src<'_>], ns: usize) -> Result<(), String> {
-        self.check_scratch_reads(e, ns)?;
-        // The operand leaves, checked against the operands (scratch slots are checked above).
-        e.validate_operands(srcs, ns)
-    }
-
-    /// Checks everything that does not depend on the operands' lengths: the expressions'
-    /// programs and sizes, and that every epilogue reads its scratch slots row by row, for a
-    /// kernel with `num_srcs` operands. Kernel builders call it so that a kernel that would
-    /// fail [`validate`](RowReduce::validate) is refused when it is built.
-    pub fn check_structure(&self, num_srcs: usize) -> Result<(), String> {
-        self.rows
-            .checked_mul(self.len)
-            .filter(|&n| n <= i64::MAX as usize / 4)
-            .ok_or("row reduction is too large")?;
-        for (e, n) in [
-            (Some(&self.prologue), self.rows * self.len),
-            (self.weight.as_ref(), self.len),
-            (self.bias.as_ref(), self.len),
-        ] {
-            if let Some(e) = e {
-                e.validate_program()?;
-                if e.num_outputs() != 1 || e.numel() != n {
-                    return Err("an expression has the wrong size".into());
-                }
-                if e.slots().iter().any(|&(s, _)| s as usize >= num_srcs) {
-                    return Err("the prologue reads a scratch slot".into());
-                }
-            }
-        }
-        for (j, o) in self.outputs.iter().enumerate() {
-            match o {
-                RowOut::Result(r) => {
-                    if self.op.result_per_row(*r as usize, self.len).is_none() {
-                        return Err(format!("output {j}: the reduction has no result {r}"));
-                    }
-                }
-                RowOut::Whole { expr } => {
-                    expr.validate_program()?;
-                    if expr.slots().iter().any(|&(s, _)| s as usize >= num_srcs) {
-                        return Err(format!("output {j} reads a scratch slot"));
-                    }
-                }
-                RowOut::Rows { expr } => self
-                    .check_scratch_reads(expr, num_srcs)
-                    .map_err(|m| format!("output {j}: {m}"))?,
-            }
-        }
-        Ok(())
-    }
-
+    /// Checks that `e`, an expression of stage `s` over whole rows (rows outermost), reads
+    /// each scratch slot row by row and inside its row (`own`: whether it may read its stage's
+    /// own input rows and results, as an epilogue does).
     #[allow(clippy::needless_range_loop)]
-    fn check_scratch_reads(&self, e: &Expr, ns: usize) -> Result<(), String> {
+    fn check_scratch_reads(&self, e: &Expr, ns: usize, s: usize, own: bool) -> Result<(), String> {
         e.validate_program()?;
         if e.num_outputs() != 1 {
-            return Err("an epilogue has one output".into());
+            return Err("an expression of a row reduction has one output".into());
+        }
+        let reads_scratch = e.slots().iter().any(|&(slot, _)| slot as usize >= ns);
+        if !own && !reads_scratch {
+            return Ok(());
         }
         let total = e.numel();
         if self.rows == 0 || !total.is_multiple_of(self.rows) {
@@ -257,10 +298,10 @@ impl RowReduce {
             return Err("the iteration space does not split at the rows".into());
         }
         let mut row_strides = vec![0i64; k];
-        let mut s = 1i64;
+        let mut stride = 1i64;
         for d in (0..k).rev() {
-            row_strides[d] = s;
-            s *= dims[d] as i64;
+            row_strides[d] = stride;
+            stride *= dims[d] as i64;
         }
         for (i, l) in e.leaves().iter().enumerate() {
             let LeafSrc::Slot { slot, .. } = l.src else {
@@ -270,7 +311,8 @@ impl RowReduce {
             if slot < ns {
                 continue;
             }
-            let per = scratch_per_row(self, slot - ns)
+            let per = self
+                .scratch_per_row(s, slot - ns, own)
                 .ok_or_else(|| format!("leaf {i} reads scratch slot {slot}, which is not one"))?
                 as i64;
             for d in 0..k {
@@ -299,15 +341,32 @@ impl RowReduce {
     }
 }
 
+/// Checks that `e` is a valid program with one output over `numel` elements.
+fn one_output(e: &Expr, numel: usize) -> Result<(), String> {
+    e.validate_program()?;
+    if e.num_outputs() != 1 || e.numel() != numel {
+        return Err(format!(
+            "an expression must have one output over {numel} elements, it has {} over {}",
+            e.num_outputs(),
+            e.numel()
+        ));
+    }
+    Ok(())
+}
+
 /// A row block's destination: a chunk of an output buffer.
 enum Chunk<'a> {
     F(&'a mut [f32]),
     B(&'a mut [bool]),
 }
 
-/// Lanes of the row sums: two AVX-512 registers of `f64`, so the additions of consecutive
-/// elements are independent (the sum order is fixed: lane by lane, then a fixed tree).
+/// Lanes of the row sums: four AVX-512 registers of `f64`, so the additions of consecutive
+/// elements are independent and hide the adder's latency (the sum order is fixed: lane by
+/// lane, then a fixed tree).
 const LANES: usize = 16;
+
+/// Lanes of a row maximum or minimum: four AVX-512 registers of `f32`.
+const FOLD_LANES: usize = 16;
 
 /// The fixed tree that adds the lanes.
 #[inline(always)]
@@ -357,10 +416,10 @@ fn sq_dev_f64(x: &[f32], m: f64) -> f64 {
 
 #[inline(always)]
 fn fold_f32(x: &[f32], f: fn(f32, f32) -> f32) -> f32 {
-    let mut acc = [x.first().copied().unwrap_or(0.0); 16];
-    let mut it = x.chunks_exact(16);
+    let mut acc = [x.first().copied().unwrap_or(0.0); FOLD_LANES];
+    let mut it = x.chunks_exact(FOLD_LANES);
     for c in &mut it {
-        for k in 0..LANES {
+        for k in 0..FOLD_LANES {
             acc[k] = f(acc[k], c[k]);
         }
     }
@@ -370,21 +429,26 @@ fn fold_f32(x: &[f32], f: fn(f32, f32) -> f32) -> f32 {
     acc.iter().copied().fold(acc[0], f)
 }
 
-/// Runs the kernel: `dsts[j]` receives output `j` (full size, row-major). Validates first.
+/// Layer norm's weight and bias of one stage, evaluated over a row.
+type WeightBias<'a> = (Option<&'a [f32]>, Option<&'a [f32]>);
+
+/// Runs the kernel: `dsts[j]` receives output `j` of the last stage (full size, row-major).
+/// Validates first.
 pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> Result<(), String> {
     k.validate(srcs)?;
-    if dsts.len() != k.outputs.len() {
+    let last = k.last().ok_or("a row reduction has at least one stage")?;
+    if dsts.len() != last.outputs.len() {
         return Err(format!(
             "the kernel has {} outputs, {} buffers were given",
-            k.outputs.len(),
+            last.outputs.len(),
             dsts.len()
         ));
     }
     for (j, d) in dsts.iter().enumerate() {
         let want = k.out_len(j);
         // Results of `any` are bools; every other result is f32; epilogues write either.
-        let is_result = matches!(k.outputs[j], RowOut::Result(_));
-        let bool_result = k.op == ReduceOp::Any;
+        let is_result = matches!(last.outputs[j], RowOut::Result(_));
+        let bool_result = last.op == ReduceOp::Any;
         let (len, ok) = match d {
             Dst::F32(b) => (b.len(), !(is_result && bool_result)),
             Dst::Bool(b) => (b.len(), !is_result || bool_result),
@@ -406,10 +470,23 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
         run_elementwise(e, srcs, &mut [&mut v]);
         v
     };
-    let weight = k.weight.as_ref().map(eval_vec);
-    let bias = k.bias.as_ref().map(eval_vec);
+    // Each stage's weight and bias, evaluated once.
+    let affine: Vec<[Option<Vec<f32>>; 2]> = k
+        .stages
+        .iter()
+        .map(|st| {
+            [
+                st.weight.as_ref().map(eval_vec),
+                st.bias.as_ref().map(eval_vec),
+            ]
+        })
+        .collect();
+    let wb: Vec<WeightBias<'_>> = affine
+        .iter()
+        .map(|[w, b]| (w.as_deref(), b.as_deref()))
+        .collect();
     // Whole outputs first, then the row blocks.
-    for (j, o) in k.outputs.iter().enumerate() {
+    for (j, o) in last.outputs.iter().enumerate() {
         if let RowOut::Whole { expr } = o {
             match &mut dsts[j] {
                 Dst::F32(b) => run_elementwise(expr, srcs, &mut [b]),
@@ -426,11 +503,12 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
     if k.rows == 0 {
         return Ok(());
     }
-    let br = (BLOCK_ELEMS / k.len.max(1)).max(1);
+    let widest = k.stages.iter().map(|st| st.len).max().unwrap_or(1);
+    let br = (BLOCK_ELEMS / widest.max(1)).max(1);
     let blocks = k.rows.div_ceil(br);
     let mut per_block: Vec<Vec<Option<Chunk<'_>>>> = (0..blocks).map(|_| vec![]).collect();
     for (j, d) in dsts.iter_mut().enumerate() {
-        let per = if matches!(k.outputs[j], RowOut::Whole { .. }) {
+        let per = if matches!(last.outputs[j], RowOut::Whole { .. }) {
             None
         } else {
             Some(k.out_len(j) / k.rows)
@@ -449,14 +527,18 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
             _ => per_block.iter_mut().for_each(|p| p.push(None)),
         }
     }
-    let (w, b) = (weight.as_deref(), bias.as_deref());
+    let carried_per: Vec<usize> = k
+        .carried_per_row(k.stages.len())
+        .into_iter()
+        .map(|p| p.unwrap_or(0))
+        .collect();
     per_block
         .into_par_iter()
         .enumerate()
         .for_each(|(c, mut outs)| {
             let r0 = c * br;
             let r1 = (r0 + br).min(k.rows);
-            run_block(k, srcs, w, b, r0, r1, &mut outs);
+            run_block(k, srcs, &wb, &carried_per, r0, r1, &mut outs);
         });
     Ok(())
 }
@@ -466,63 +548,217 @@ super::simd::multiversion! {
     fn run_block(
         k: &RowReduce,
         srcs: &[Src<'_>],
-        weight: Option<&[f32]>,
-        bias: Option<&[f32]>,
+        wb: &[WeightBias<'_>],
+        carried_per: &[usize],
         r0: usize,
         r1: usize,
         outs: &mut [Option<Chunk<'_>>],
     ) => run_block_body
 }
 
+/// The sources of a stage's expressions over the rows from `r0` on: the operands, then the
+/// stage's own input rows and results (`own`, each with its elements per row; empty for a
+/// prologue), then the outputs of the earlier stages, each with the shift that makes a
+/// scratch buffer of the block's rows read as the whole buffer.
+fn stage_srcs<'b>(
+    srcs: &[Src<'b>],
+    own: [(&'b [f32], usize); OWN],
+    carried: &'b [Vec<f32>],
+    carried_per: &[usize],
+    r0: usize,
+) -> (Vec<Src<'b>>, Vec<i64>) {
+    let mut ext = srcs.to_vec();
+    let mut shift = vec![0i64; srcs.len()];
+    for (v, per) in own.into_iter().chain(
+        carried
+            .iter()
+            .map(|v| &v[..])
+            .zip(carried_per.iter().copied()),
+    ) {
+        ext.push(Src::F32(v));
+        shift.push((r0 * per) as i64);
+    }
+    (ext, shift)
+}
+
 #[inline(always)]
 fn run_block_body(
     k: &RowReduce,
     srcs: &[Src<'_>],
-    weight: Option<&[f32]>,
-    bias: Option<&[f32]>,
+    wb: &[WeightBias<'_>],
+    carried_per: &[usize],
     r0: usize,
     r1: usize,
     outs: &mut [Option<Chunk<'_>>],
 ) {
-    let (len, nb) = (k.len, r1 - r0);
-    let per0 = k.op.result_per_row(0, len).unwrap_or(1);
+    let (nb, ns) = (r1 - r0, srcs.len());
     let mut scratch = ROWS.with(|c| std::mem::take(&mut *c.borrow_mut()));
-    // The input rows: read in place when the prologue is a plain contiguous load.
-    let direct = k.prologue.as_contiguous_load().and_then(|(slot, off)| {
-        let (s0, s1) = (off + r0 * len, off + r1 * len);
-        match srcs.get(slot as usize) {
-            Some(Src::F32(v)) if s1 <= v.len() => Some(&v[s0..s1]),
-            _ => None,
+    let last = k.stages.len() - 1;
+    // Scratch outputs of the stages so far.
+    let mut done = 0;
+    for (s, st) in k.stages.iter().enumerate() {
+        let len = st.len;
+        let mine = if s == last { 0 } else { st.outputs.len() };
+        if scratch.carried.len() < done + mine {
+            scratch.carried.resize_with(done + mine, Vec::new);
         }
-    });
-    let xin: &[f32] = match direct {
-        Some(x) => x,
-        None => {
-            scratch.x.resize(nb * len, 0.0);
-            k.prologue
-                .eval_range(srcs, r0 * len, r1 * len, &mut [&mut scratch.x[..nb * len]]);
-            &scratch.x[..nb * len]
+        let RowScratch {
+            x,
+            r0: sr0,
+            r1: sr1,
+            r2: sr2,
+            carried,
+        } = &mut scratch;
+        let (before, after) = carried.split_at_mut(done);
+        let before: &[Vec<f32>] = before;
+        let per = &carried_per[..done];
+        // The input rows: read in place when the prologue is a plain contiguous load (of an
+        // operand, or of an earlier stage's output).
+        let direct = st.prologue.as_contiguous_load().and_then(|(slot, off)| {
+            let slot = slot as usize;
+            if slot < ns {
+                let (s0, s1) = (off + r0 * len, off + r1 * len);
+                match srcs.get(slot) {
+                    Some(Src::F32(v)) if s1 <= v.len() => Some(&v[s0..s1]),
+                    _ => None,
+                }
+            } else {
+                let j = slot.checked_sub(ns + OWN)?;
+                (off == 0 && per.get(j) == Some(&len)).then(|| &before[j][..nb * len])
+            }
+        });
+        let xin: &[f32] = match direct {
+            Some(v) => v,
+            None => {
+                x.resize(nb * len, 0.0);
+                let out = &mut [&mut x[..nb * len]];
+                if st
+                    .prologue
+                    .slots()
+                    .iter()
+                    .all(|&(slot, _)| (slot as usize) < ns)
+                {
+                    st.prologue.eval_range(srcs, r0 * len, r1 * len, out);
+                } else {
+                    let empty = [(&[][..], 0); OWN];
+                    let (ext, shift) = stage_srcs(srcs, empty, before, per, r0);
+                    st.prologue
+                        .eval_range_shifted(&ext, &shift, r0 * len, r1 * len, out);
+                }
+                &x[..nb * len]
+            }
+        };
+        // Result 0: computed straight into the output that returns it, where there is one.
+        let per0 = st.op.result_per_row(0, len).unwrap_or(1);
+        let into = (s == last)
+            .then(|| {
+                st.outputs.iter().zip(outs.iter()).position(|(o, c)| {
+                    matches!(o, RowOut::Result(0))
+                        && matches!(c, Some(Chunk::F(d)) if d.len() == nb * per0)
+                })
+            })
+            .flatten();
+        let mut taken = into.and_then(|j| outs[j].take());
+        let res0: &mut [f32] = match &mut taken {
+            Some(Chunk::F(d)) => d,
+            _ => {
+                sr0.resize(nb * per0, 0.0);
+                &mut sr0[..nb * per0]
+            }
+        };
+        sr1.clear();
+        sr2.clear();
+        reduce_rows(st, nb, wb[s], xin, res0, sr1, sr2);
+        let results: [&[f32]; 3] = [res0, sr1, sr2];
+        let own = [
+            (xin, len),
+            (results[0], per0),
+            (results[1], st.op.result_per_row(1, len).unwrap_or(0)),
+            (results[2], st.op.result_per_row(2, len).unwrap_or(0)),
+        ];
+        let (ext, shift) = stage_srcs(srcs, own, before, per, r0);
+        if s == last {
+            for (o, chunk) in st.outputs.iter().zip(outs.iter_mut()) {
+                let Some(chunk) = chunk else { continue };
+                match o {
+                    RowOut::Result(r) => {
+                        let v = results[*r as usize];
+                        match chunk {
+                            Chunk::F(d) => d.copy_from_slice(&v[..d.len()]),
+                            Chunk::B(d) => {
+                                for (o, &x) in d.iter_mut().zip(v) {
+                                    *o = x != 0.0;
+                                }
+                            }
+                        }
+                    }
+                    RowOut::Rows { expr } => {
+                        let per = expr.numel() / k.rows;
+                        let (s, e) = (r0 * per, r1 * per);
+                        match chunk {
+                            Chunk::F(d) => expr.eval_range_shifted(&ext, &shift, s, e, &mut [d]),
+                            Chunk::B(d) => {
+                                let mut t = vec![0f32; e - s];
+                                expr.eval_range_shifted(&ext, &shift, s, e, &mut [&mut t]);
+                                for (o, x) in d.iter_mut().zip(t) {
+                                    *o = x != 0.0;
+                                }
+                            }
+                        }
+                    }
+                    RowOut::Whole { .. } => {}
+                }
+            }
+            if let (Some(j), Some(c)) = (into, taken) {
+                outs[j] = Some(c);
+            }
+        } else {
+            // The outputs this stage hands on, in the scratch buffers after the earlier ones.
+            for (o, buf) in st.outputs.iter().zip(after.iter_mut()) {
+                match o {
+                    RowOut::Result(r) => {
+                        buf.clear();
+                        buf.extend_from_slice(results[*r as usize]);
+                    }
+                    RowOut::Rows { expr } => {
+                        let per = expr.numel() / k.rows;
+                        buf.resize(nb * per, 0.0);
+                        expr.eval_range_shifted(&ext, &shift, r0 * per, r1 * per, &mut [buf]);
+                    }
+                    RowOut::Whole { .. } => unreachable!("checked: only the last stage"),
+                }
+            }
+            done += mine;
         }
-    };
-    // Result 0: computed straight into the output that returns it, where there is one.
-    let into = k.outputs.iter().zip(outs.iter()).position(|(o, c)| {
-        matches!(o, RowOut::Result(0)) && matches!(c, Some(Chunk::F(d)) if d.len() == nb * per0)
-    });
-    let mut taken = into.and_then(|j| outs[j].take());
-    let res0: &mut [f32] = match &mut taken {
-        Some(Chunk::F(d)) => d,
-        _ => {
-            scratch.r0.resize(nb * per0, 0.0);
-            &mut scratch.r0[..nb * per0]
-        }
-    };
-    let (res1, res2) = (&mut scratch.r1, &mut scratch.r2);
-    res1.clear();
-    res2.clear();
+    }
+    ROWS.with(|c| *c.borrow_mut() = scratch);
+}
+
+/// Computes a stage's results over the rows `x` (`len` each): result 0 into `res0` (one value
+/// or one row per row), results 1 and 2 (layer norm's mean and rstd) pushed onto `res1`, `res2`.
+#[inline(always)]
+fn reduce_rows(
+    st: &RowStage,
+    rows: usize,
+    (weight, bias): WeightBias<'_>,
+    x: &[f32],
+    res0: &mut [f32],
+    res1: &mut Vec<f32>,
+    res2: &mut Vec<f32>,
+) {
+    let len = st.len;
     let lf = len as f64;
-    for r in 0..nb {
-        let x = &xin[r * len..(r + 1) * len];
-        match k.op {
+    let per0 = st.op.result_per_row(0, len).unwrap_or(1);
+    for r in 0..rows {
+        // The next row, from memory while this one is computed in cache.
+        if r + 1 < rows {
+            prefetch(&x[(r + 1) * len..(r + 2) * len], false);
+            if per0 == len {
+                prefetch(&res0[(r + 1) * len..(r + 2) * len], true);
+            }
+        }
+        let x = &x[r * len..(r + 1) * len];
+        match st.op {
             ReduceOp::Sum => res0[r] = sum_f64(x) as f32,
             ReduceOp::Mean => res0[r] = (sum_f64(x) / lf) as f32,
             ReduceOp::Max => res0[r] = fold_f32(x, math::max_nan),
@@ -545,7 +781,7 @@ fn run_block_body(
                     *o = math::exp(v - m);
                 }
                 let s = sum_f64(out);
-                if k.op == ReduceOp::Softmax {
+                if st.op == ReduceOp::Softmax {
                     let inv = (1.0 / s) as f32;
                     out.iter_mut().for_each(|o| *o *= inv);
                 } else {
@@ -589,61 +825,37 @@ fn run_block_body(
             }
         }
     }
-    let results: [&[f32]; 3] = [res0, res1, res2];
-    let ns = srcs.len();
-    let mut ext: Vec<Src<'_>> = srcs.to_vec();
-    let mut shift = vec![0i64; ns];
-    ext.push(Src::F32(xin));
-    shift.push((r0 * len) as i64);
-    for (r, v) in results.iter().enumerate().take(k.op.num_results()) {
-        ext.push(Src::F32(v));
-        let per = k.op.result_per_row(r, len).unwrap_or(1);
-        shift.push((r0 * per) as i64);
-    }
-    for (o, chunk) in k.outputs.iter().zip(outs.iter_mut()) {
-        let Some(chunk) = chunk else { continue };
-        match o {
-            RowOut::Result(r) => {
-                let v = results[*r as usize];
-                match chunk {
-                    Chunk::F(d) => d.copy_from_slice(&v[..d.len()]),
-                    Chunk::B(d) => {
-                        for (o, &x) in d.iter_mut().zip(v) {
-                            *o = x != 0.0;
-                        }
-                    }
-                }
-            }
-            RowOut::Rows { expr } => {
-                let per = expr.numel() / k.rows;
-                let (s, e) = (r0 * per, r1 * per);
-                match chunk {
-                    Chunk::F(d) => expr.eval_range_shifted(&ext, &shift, s, e, &mut [d]),
-                    Chunk::B(d) => {
-                        let mut t = vec![0f32; e - s];
-                        expr.eval_range_shifted(&ext, &shift, s, e, &mut [&mut t]);
-                        for (o, x) in d.iter_mut().zip(t) {
-                            *o = x != 0.0;
-                        }
-                    }
-                }
-            }
-            RowOut::Whole { .. } => {}
-        }
-    }
-    if let (Some(j), Some(c)) = (into, taken) {
-        outs[j] = Some(c);
-    }
-    ROWS.with(|c| *c.borrow_mut() = scratch);
 }
 
-/// Per-thread buffers of a row block: input rows, results 0, 1 and 2.
+/// Asks for the cache lines of `v` ahead of use (`write`: to be written).
+#[inline(always)]
+fn prefetch(v: &[f32], write: bool) {
+    #[cfg(target_arch = "x86_64")]
+    for i in (0..v.len()).step_by(16) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
+        let p = v[i..].as_ptr() as *const i8;
+        // SAFETY: a prefetch is a hint; `p` points into `v`.
+        unsafe {
+            if write {
+                _mm_prefetch::<_MM_HINT_ET0>(p);
+            } else {
+                _mm_prefetch::<_MM_HINT_T0>(p);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (v, write);
+}
+
+/// Per-thread buffers of a row block: input rows, results 0, 1 and 2 of the current stage,
+/// and the outputs of the earlier stages.
 #[derive(Default)]
 struct RowScratch {
     x: Vec<f32>,
     r0: Vec<f32>,
     r1: Vec<f32>,
     r2: Vec<f32>,
+    carried: Vec<Vec<f32>>,
 }
 
 thread_local! {

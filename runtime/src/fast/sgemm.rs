@@ -917,6 +917,13 @@ unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize,
         let rows = mr.min(mc - q * mr);
         // Rows of one group are `rs` apart: a panel inside one group goes through transposes.
         let r = r0 + q * mr;
+        // The next panel's rows, which may lie far apart (the heads of a packed projection),
+        // are fetched while this one is packed.
+        if a.cs == 1 && r + mr < r0 + mc {
+            for i in r + mr..(r + 2 * mr).min(r0 + mc) {
+                prefetch_span(a.row(i).wrapping_add(p0), kc);
+            }
+        }
         let one_group = a.group == usize::MAX || r / a.group == (r + rows - 1) / a.group;
         #[cfg(target_arch = "x86_64")]
         if a.cs == 1 && mr <= 16 && one_group && arch().name == "avx512" {
@@ -943,6 +950,22 @@ unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize,
             }
         }
     }
+}
+
+/// Asks for the cache lines of the `len` floats at `p` ahead of use.
+#[inline(always)]
+fn prefetch_span(p: *const f32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for i in (0..len).step_by(16) {
+        // SAFETY: a prefetch is a hint and never faults.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                p.wrapping_add(i) as *const i8
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
 }
 
 /// Packs rows `p0..p0+kc`, columns `c0..c0+nc` of `b` into panels of `nr` columns: panel `q`
@@ -977,6 +1000,13 @@ unsafe fn pack_b_panel(
         #[cfg(target_arch = "x86_64")]
         if b.rs == 1 && arch().name == "avx512" {
             while j_done + 16 <= cols {
+                // The next 16 columns (rows of a transposed operand, perhaps far apart).
+                for j in j_done + 16..(j_done + 32).min(cols) {
+                    let col = b
+                        .ptr
+                        .wrapping_offset(p0 as isize + (j0 + j) as isize * b.cs);
+                    prefetch_span(col, kc);
+                }
                 let src = b
                     .ptr
                     .wrapping_offset(p0 as isize + (j0 + j_done) as isize * b.cs);
