@@ -99,3 +99,54 @@ fn random_graphs_agree_with_the_interpreter() {
         );
     }
 }
+
+#[test]
+fn split_results_are_elementwise_steps() {
+    // Each result of `split_with_sizes` is a slice of its operand: an elementwise copy (one
+    // step per result shape), not a fallback to the interpreter.
+    let g = fxhlo_ir::text::parse_graph(
+        "graph {
+  %y: f32[4, 6] = input
+  split: %p: f32[4, 2], %q: f32[4, 4] = aten.split_with_sizes.default(%y, split_sizes=[2, 4], dim=1)
+  %r: f32[4, 4] = aten.relu.default(%q)
+  split2: %s: f32[1, 6], %t: f32[3, 6] = aten.split_with_sizes.default(%y, split_sizes=[1, 3], dim=0)
+  %u: f32[3, 6] = aten.exp.default(%t)
+  return %p, %r, %s, %u
+}
+",
+    )
+    .unwrap();
+    let model = Model {
+        graph: g.clone(),
+        weights: Default::default(),
+    };
+    let a = compile(&model, &CompileOptions::default()).unwrap();
+    let kinds: Vec<&str> = a
+        .header
+        .program
+        .steps
+        .iter()
+        .map(|s| s.kernel.kind())
+        .collect();
+    let reasons: Vec<String> = a
+        .header
+        .program
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kernel {
+            fxhlo_runtime::fast::Kernel::Fallback { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        kinds.iter().all(|k| *k == "elementwise"),
+        "{kinds:?} {reasons:?}"
+    );
+    let ex = Executor::new(a, &ExecOptions::default()).unwrap();
+    for seed in 0..4 {
+        let inputs = random_inputs(&g, &mut Rng(seed));
+        let want = fxhlo_runtime::run(&model, &inputs).unwrap();
+        let got = ex.run(&inputs).unwrap();
+        assert_close(&format!("seed {seed}"), &got, &want);
+    }
+}

@@ -530,3 +530,26 @@ fn attention_reads_the_heads_of_its_projection_in_place() {
     let cmp = check_outputs(&case, &got, None).unwrap();
     assert!(cmp.iter().all(|c| c.ok()), "{cmp:?}");
 }
+
+#[test]
+fn an_executor_runs_from_other_threads_too() {
+    // An executor's pool takes the thread that made it as a worker (runs started there need
+    // no hand-over); runs started on other threads at the same time must still finish, with
+    // the same bits, for one thread and for several.
+    let (case, a) = compiled("mlp");
+    for threads in [1, 2, 3] {
+        let ex = executor(a.clone(), threads);
+        let want = ex.run(&case.inputs).unwrap();
+        std::thread::scope(|s| {
+            let others: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| ex.run(&case.inputs).unwrap()))
+                .collect();
+            for _ in 0..3 {
+                assert_eq!(ex.run(&case.inputs).unwrap(), want, "{threads} threads");
+            }
+            for h in others {
+                assert_eq!(h.join().unwrap(), want, "{threads} threads");
+            }
+        });
+    }
+}

@@ -427,7 +427,7 @@ impl<'a> Walk<'a> {
             return Err(self.err(i, "not an op"));
         };
         let out_dtype = self.g.ty(v).dtype;
-        if v.index != 0 {
+        if v.index != 0 && op != Op::SplitWithSizes {
             return Err(self.err(i, format!("result {} is not elementwise", v.index)));
         }
         let int_ok = allow_i64 && op == Op::ArangeStartStep;
@@ -722,12 +722,12 @@ impl<'a> Walk<'a> {
                 })
             }
             View | Unsqueeze | SqueezeDim | SqueezeDims | Expand | Permute | SliceTensor
-            | SelectInt | Flip => {
+            | SelectInt | Flip | SplitWithSizes => {
                 let src = self
                     .tensor_arg(n, "self")
                     .ok_or_else(|| self.err(i, "no tensor operand"))?;
                 self.same_dtype(i, src, out_dtype)?;
-                let sub = self.view_access(i, op, src, acc)?;
+                let sub = self.view_access(v, op, src, acc)?;
                 match sub {
                     Some(sub) => self.value_as(src, &sub, allow_i64)?,
                     None => {
@@ -812,9 +812,16 @@ impl<'a> Walk<'a> {
 
     /// The access of a view op's input, or `None` for a reshape whose input is read from
     /// memory as is (its flat addresses are the output's).
-    fn view_access(&mut self, i: NodeId, op: Op, src: ValueRef, acc: &Access) -> R<Option<Access>> {
+    fn view_access(
+        &mut self,
+        v: ValueRef,
+        op: Op,
+        src: ValueRef,
+        acc: &Access,
+    ) -> R<Option<Access>> {
+        let i = v.node;
         let xs = self.shape(src)?;
-        let ys = self.shape(ValueRef::new(i, 0))?;
+        let ys = self.shape(v)?;
         let nd = self.nd;
         let zero = || (0i64, vec![0i64; nd]);
         let mut a = Access {
@@ -873,6 +880,16 @@ impl<'a> Walk<'a> {
                     } else {
                         push(&mut a, row(k));
                     }
+                }
+            }
+            Op::SplitWithSizes => {
+                // Result `r` is the slice of `split_sizes[r]` after the earlier ones.
+                let d = self.norm_dim(i, self.int(i, "dim")?, xs.len())?;
+                let sizes = self.ints(i, "split_sizes")?;
+                let start: i64 = sizes.iter().take(v.index).sum();
+                for k in 0..xs.len() {
+                    let (o, c) = row(k);
+                    push(&mut a, if k == d { (start + o, c) } else { (o, c) });
                 }
             }
             Op::SelectInt => {

@@ -165,7 +165,7 @@ fn build_kernel(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Ve
             elementwise_steps(g, &members, &k.outputs, &BTreeSet::new(), vals)
         }
         KernelKind::Matmul | KernelKind::Conv => heavy_steps(g, k, vals),
-        KernelKind::Other => other_step(g, k, vals).map(|s| vec![s]),
+        KernelKind::Other => other_steps(g, k, vals),
         KernelKind::Reduction => reduction_step(g, &[k], vals).map(|s| vec![s]),
     };
     match fast {
@@ -508,8 +508,8 @@ fn reduction_chains(
     (chains, absorbed)
 }
 
-/// Pooling and gathers (single-node kernels).
-fn other_step(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Step, String> {
+/// Pooling and gathers (single-node kernels), and view-like ops as elementwise copies.
+fn other_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
     let root = k.root;
     let op = g.nodes[root].op();
     use fxhlo_ir::Op;
@@ -532,24 +532,21 @@ fn other_step(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Step
             )
         }
         _ => {
-            // View-like ops (split, ...) may still be expressible as elementwise copies.
-            let steps = elementwise_steps(g, &members(k), &k.outputs, &BTreeSet::new(), vals)
-                .map_err(|e| format!("no fast kernel for this op yet ({e})"))?;
-            return match <[Step; 1]>::try_from(steps) {
-                Ok([s]) => Ok(s),
-                Err(_) => Err("no fast kernel for this op yet".into()),
-            };
+            // View-like ops (split, ...) may still be expressible as elementwise copies (one
+            // step per result shape).
+            return elementwise_steps(g, &members(k), &k.outputs, &BTreeSet::new(), vals)
+                .map_err(|e| format!("no fast kernel for this op yet ({e})"));
         }
     };
     let srcs = operand_ids(g, &operands, &BTreeSet::from([root]), vals)?;
     let dsts = operand_ids(g, &results, &BTreeSet::new(), vals)?;
-    Ok(Step {
+    Ok(vec![Step {
         nodes: vec![g.nodes[root].name.clone()],
         launch: launch(vals, &srcs, &dsts, vec![1]),
         srcs,
         dsts,
         kernel,
-    })
+    }])
 }
 
 /// Names of a kernel's nodes, in order.

@@ -1109,6 +1109,20 @@ pub type Finish<'a> = dyn Fn(usize, Range<usize>, Range<usize>) + Sync + 'a;
 pub unsafe fn gemm(problems: &[Problem], finish: &Finish<'_>) {
     let arch = arch_for(problems.first().map_or(0, |p| p.m));
     let threads = rayon::current_num_threads().max(1);
+    let flops: f64 = problems
+        .iter()
+        .map(|p| 2.0 * p.m as f64 * p.n as f64 * p.k as f64)
+        .sum();
+    if flops < SERIAL_FLOPS {
+        // Less work than waking another thread costs: all of it here, in order.
+        for (i, p) in problems.iter().enumerate() {
+            if p.m > 0 && p.n > 0 {
+                rows_serial(&arch, p, 0, p.m);
+                finish(i, 0..p.m, 0..p.n);
+            }
+        }
+        return;
+    }
     if problems.iter().all(|p| !p.packed_b.is_null()) {
         prepacked(&arch, problems, threads, finish);
         return;
@@ -1122,6 +1136,10 @@ pub unsafe fn gemm(problems: &[Problem], finish: &Finish<'_>) {
         private(&arch, problems, threads, finish);
     }
 }
+
+/// Products of fewer floating-point operations than this run on the calling thread: about
+/// ten microseconds of work, what waking a sleeping worker of the pool can cost.
+const SERIAL_FLOPS: f64 = 1e6;
 
 /// Products whose `B` was packed ahead of time: one task per tile of `C`, each looping over
 /// `k` with its own packed block of `A`, the tile of `C` staying in L2 between blocks.
