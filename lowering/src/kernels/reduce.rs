@@ -62,12 +62,113 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
 /// outputs of every kernel but the last stay in scratch, where the later ones read them, and
 /// `dsts[j]` is `ks.last().outputs[j]`. The caller checks that nothing else reads those
 /// outputs; Err where the rows differ or a later kernel does not read them row by row.
+///
+/// PyTorch's guard of an attention softmax, `where(!any(x != -inf), 0, softmax(x))`, becomes
+/// one [`ReduceOp::SafeSoftmax`] stage: the `any` kernel runs no stage of its own, where the
+/// softmax kernel reads its result only through that `where`.
 pub fn build_chain(g: &Graph, ks: &[&Kernel], slots: &mut Slots) -> Result<RowReduce, String> {
+    let before = slots.clone();
+    let guards = masked_row_guards(g, ks);
+    if !guards.is_empty() {
+        if let Ok(rr) = build_stages(g, ks, slots, &guards) {
+            return Ok(rr);
+        }
+        *slots = before;
+    }
+    build_stages(g, ks, slots, &BTreeMap::new())
+}
+
+/// The kernels before the last of `ks` that compute PyTorch's all-masked-row guard, `any(x !=
+/// -inf)` over the last dim with `keepdim` (as `logical_not(eq(x, -inf))` or `ne(x, -inf)`) and
+/// nothing else: their output, and `x`.
+fn masked_row_guards(g: &Graph, ks: &[&Kernel]) -> BTreeMap<ValueRef, ValueRef> {
+    let mut guards = BTreeMap::new();
+    for k in ks.iter().take(ks.len().saturating_sub(1)) {
+        let root = &g.nodes[k.root];
+        let out = ValueRef::new(k.root, 0);
+        if !matches!(root.op(), Some(Op::AnyDim | Op::AnyDims)) || k.outputs != [out] {
+            continue;
+        }
+        let Some(t) = root.arg("self").and_then(Arg::as_tensor) else {
+            continue;
+        };
+        let rank = g.ty(t).shape.len();
+        let last_dim = match root.arg("dim") {
+            Some(Arg::Int(d)) => norm_dim(*d, rank) == Some(rank.saturating_sub(1)),
+            Some(Arg::Ints(ds)) => {
+                ds.len() == 1 && norm_dim(ds[0], rank) == Some(rank.saturating_sub(1))
+            }
+            _ => false,
+        };
+        if !last_dim || !matches!(root.arg("keepdim"), Some(Arg::Bool(true))) {
+            continue;
+        }
+        let is_neg_inf = |n: &fxhlo_ir::Node| matches!(n.arg("other"), Some(Arg::Float(f)) if *f == f64::NEG_INFINITY);
+        let tn = &g.nodes[t.node];
+        let x = match tn.op() {
+            Some(Op::NeScalar) if is_neg_inf(tn) => tn.arg("self").and_then(Arg::as_tensor),
+            Some(Op::LogicalNot) => tn
+                .arg("self")
+                .and_then(Arg::as_tensor)
+                .map(|e| &g.nodes[e.node])
+                .filter(|e| e.op() == Some(Op::EqScalar) && is_neg_inf(e))
+                .and_then(|e| e.arg("self").and_then(Arg::as_tensor)),
+            _ => None,
+        };
+        if let Some(x) = x.filter(|x| g.ty(*x).dtype == DType::F32) {
+            guards.insert(out, x);
+        }
+    }
+    guards
+}
+
+/// Whether `o` is `where(logical_not(a), 0, sm)` with `guards[a] == x`: the guarded softmax
+/// `sm` of `x`.
+fn is_guarded_softmax(
+    g: &Graph,
+    o: ValueRef,
+    sm: ValueRef,
+    x: ValueRef,
+    guards: &BTreeMap<ValueRef, ValueRef>,
+) -> bool {
+    let n = &g.nodes[o.node];
+    if n.op() != Some(Op::WhereSelf) || o.index != 0 {
+        return false;
+    }
+    let arg = |name: &str| n.arg(name).and_then(Arg::as_tensor);
+    let (Some(c), Some(z), Some(v)) = (arg("condition"), arg("self"), arg("other")) else {
+        return false;
+    };
+    let zn = &g.nodes[z.node];
+    let zero = matches!(zn.op(), Some(Op::Full | Op::FullLike))
+        && matches!(
+            zn.arg("fill_value"),
+            Some(Arg::Int(0)) | Some(Arg::Float(0.0))
+        );
+    let cn = &g.nodes[c.node];
+    let masked = cn.op() == Some(Op::LogicalNot)
+        && cn
+            .arg("self")
+            .and_then(Arg::as_tensor)
+            .is_some_and(|a| guards.get(&a) == Some(&x));
+    v == sm && zero && masked && g.ty(o).shape == g.ty(sm).shape
+}
+
+fn build_stages(
+    g: &Graph,
+    ks: &[&Kernel],
+    slots: &mut Slots,
+    guards: &BTreeMap<ValueRef, ValueRef>,
+) -> Result<RowReduce, String> {
     let mut carried: BTreeMap<ValueRef, u32> = BTreeMap::new();
     let mut stages = vec![];
     let mut rows = None;
+    let mut used = BTreeSet::new();
     for (i, k) in ks.iter().enumerate() {
-        let (st, r) = stage(g, k, slots, &carried)?;
+        if guards.contains_key(&ValueRef::new(k.root, 0)) {
+            continue;
+        }
+        let (st, r) = stage(g, k, slots, &carried, guards, &mut used)?;
         if rows.is_some_and(|x| x != r) {
             return Err(format!(
                 "{}: its rows are not those of the reduction before it",
@@ -85,6 +186,10 @@ pub fn build_chain(g: &Graph, ks: &[&Kernel], slots: &mut Slots) -> Result<RowRe
             }
         }
         stages.push(st);
+    }
+    // Every guard went into a safe softmax, and none is read as an operand.
+    if used.len() != guards.len() || slots.values.iter().any(|v| guards.contains_key(v)) {
+        return Err("the masked-row guard is read other than by its softmax".into());
     }
     let n = slots.values.len() as u32;
     let remap = |e: &mut Expr| {
@@ -121,6 +226,8 @@ fn stage(
     k: &Kernel,
     slots: &mut Slots,
     carried: &BTreeMap<ValueRef, u32>,
+    guards: &BTreeMap<ValueRef, ValueRef>,
+    used: &mut BTreeSet<ValueRef>,
 ) -> Result<(RowStage, usize), String> {
     if k.kind != KernelKind::Reduction {
         return Err(format!(
@@ -296,10 +403,46 @@ fn stage(
     for r in 0..node.results.len() {
         subst.insert(ValueRef::new(ri, r), placeholder(1 + r as u32));
     }
+    // A softmax read only through the masked-row guard's `where`s: a safe softmax, whose
+    // result 0 is each of those `where`s.
+    let sm = ValueRef::new(ri, 0);
+    let guarded = |o: ValueRef| is_guarded_softmax(g, o, sm, x, guards);
+    let mut rop = rop;
+    let wheres: Vec<ValueRef> = members
+        .iter()
+        .map(|&i| ValueRef::new(i, 0))
+        .filter(|&v| guarded(v))
+        .collect();
+    let reads_sm = |i: &NodeId| {
+        g.nodes[*i]
+            .args
+            .iter()
+            .flat_map(|a| a.values())
+            .any(|v| v == sm)
+    };
+    if rop == ReduceOp::Softmax
+        && !wheres.is_empty()
+        && !k.outputs.contains(&sm)
+        && members
+            .iter()
+            .filter(|i| reads_sm(i))
+            .all(|&i| wheres.contains(&ValueRef::new(i, 0)))
+    {
+        rop = ReduceOp::SafeSoftmax;
+        for &w in &wheres {
+            subst.insert(w, placeholder(1));
+            let c = g.nodes[w.node].arg("condition").and_then(Arg::as_tensor);
+            used.extend(c.and_then(|c| g.nodes[c.node].arg("self").and_then(Arg::as_tensor)));
+        }
+    }
     let mut outputs = vec![];
     for &o in &k.outputs {
         if o.node == ri {
             outputs.push(RowOut::Result(o.index as u32));
+            continue;
+        }
+        if rop == ReduceOp::SafeSoftmax && wheres.contains(&o) {
+            outputs.push(RowOut::Result(0));
             continue;
         }
         let os = shape(g, o)?;

@@ -39,6 +39,9 @@ pub enum ReduceOp {
     },
     /// Softmax of the row (result 0: the full row), with the row maximum subtracted.
     Softmax,
+    /// Softmax where a row of only `-inf` (fully masked) gives zeros instead of NaN: PyTorch's
+    /// `_safe_softmax`, `where(!any(x != -inf), 0, softmax(x))` as its attention writes it.
+    SafeSoftmax,
     /// Log-softmax of the row.
     LogSoftmax,
     /// Logical or of `x != 0` over the row (NaN is true); the result is a bool (`0`/`1`).
@@ -55,7 +58,13 @@ impl ReduceOp {
     /// Elements per row of result `r`, or `None` if the op has no such result.
     pub fn result_per_row(&self, r: usize, len: usize) -> Option<usize> {
         match (self, r) {
-            (ReduceOp::Softmax | ReduceOp::LogSoftmax | ReduceOp::LayerNorm { .. }, 0) => Some(len),
+            (
+                ReduceOp::Softmax
+                | ReduceOp::SafeSoftmax
+                | ReduceOp::LogSoftmax
+                | ReduceOp::LayerNorm { .. },
+                0,
+            ) => Some(len),
             (ReduceOp::LayerNorm { .. }, 1 | 2) => Some(1),
             (_, 0) => Some(1),
             _ => None,
@@ -774,14 +783,18 @@ fn reduce_rows(
                 let m = sum_f64(x) / lf;
                 res0[r] = (sq_dev_f64(x, m) / (lf - correction).max(0.0)) as f32;
             }
-            ReduceOp::Softmax | ReduceOp::LogSoftmax => {
+            ReduceOp::Softmax | ReduceOp::SafeSoftmax | ReduceOp::LogSoftmax => {
                 let m = fold_f32(x, math::max_nan);
                 let out = &mut res0[r * len..(r + 1) * len];
+                if st.op == ReduceOp::SafeSoftmax && m == f32::NEG_INFINITY {
+                    out.fill(0.0);
+                    continue;
+                }
                 for (o, &v) in out.iter_mut().zip(x) {
                     *o = math::exp(v - m);
                 }
                 let s = sum_f64(out);
-                if st.op == ReduceOp::Softmax {
+                if st.op != ReduceOp::LogSoftmax {
                     let inv = (1.0 / s) as f32;
                     out.iter_mut().for_each(|o| *o *= inv);
                 } else {
