@@ -7,7 +7,8 @@ use fxhlo_runtime::fast::expr::{
     run_elementwise, BinOp, Expr, ExprBuilder, Leaf, LeafKind, LeafSrc, UnOp,
 };
 use fxhlo_runtime::fast::math;
-use fxhlo_runtime::fast::Src;
+use fxhlo_runtime::fast::reduce::{run_row_reduce, ReduceOp, RowOut, RowReduce, RowStage};
+use fxhlo_runtime::fast::{Dst, Src};
 
 /// Test points: a sweep of every `step`-th bit pattern of both signs, plus special values.
 fn points(step: u32) -> Vec<f32> {
@@ -472,5 +473,55 @@ fn throughput_per_op() {
             best = best.min(t0.elapsed().as_secs_f64());
         }
         println!("{op:?}: {:.3} ns/elem (in cache)", best * 1e9 / n as f64);
+    }
+}
+
+/// A softmax (plain and safe) over one row kernel of `rows` rows of `len`, the rows read in
+/// place from `x`.
+fn softmax_rows(x: &[f32], rows: usize, len: usize, op: ReduceOp) -> Vec<f32> {
+    let mut b = ExprBuilder::new(&[rows, len]);
+    let xv = b.leaf(slot(0, 0, vec![len as i64, 1]));
+    let k = RowReduce {
+        rows,
+        stages: vec![RowStage {
+            op,
+            len,
+            prologue: b.finish(&[xv]),
+            weight: None,
+            bias: None,
+            outputs: vec![RowOut::Result(0)],
+        }],
+    };
+    let mut out = vec![f32::NAN; rows * len];
+    run_row_reduce(&k, &[Src::F32(x)], &mut [Dst::F32(&mut out)]).unwrap();
+    out
+}
+
+/// Outputs of 8M elements and more are written with non-temporal stores: the same bits as the
+/// cached stores of a small output, for the rows the two share; a fully masked row (all
+/// `-inf`) gives zeros in a safe softmax and NaN in a plain one.
+#[test]
+fn large_softmax_outputs_stream_the_same_bits() {
+    let (rows, len) = (8192usize, 1024usize);
+    let mut x = rand_vec(rows * len, 7);
+    x[3 * len..4 * len].fill(f32::NEG_INFINITY);
+    for op in [ReduceOp::Softmax, ReduceOp::SafeSoftmax] {
+        let big = softmax_rows(&x, rows, len, op);
+        let small = softmax_rows(&x[..40 * len], 40, len, op);
+        assert!(
+            small
+                .iter()
+                .zip(&big)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{op:?}"
+        );
+        let masked = &big[3 * len..4 * len];
+        if op == ReduceOp::SafeSoftmax {
+            assert!(masked.iter().all(|&v| v == 0.0));
+        } else {
+            assert!(masked.iter().all(|v| v.is_nan()));
+        }
+        let row: f64 = big[..len].iter().map(|&v| v as f64).sum();
+        assert!((row - 1.0).abs() < 1e-5, "{op:?}: row 0 sums to {row}");
     }
 }

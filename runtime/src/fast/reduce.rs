@@ -668,6 +668,9 @@ fn run_block_body(
             })
             .flatten();
         let mut taken = into.and_then(|j| outs[j].take());
+        // A large output written straight from the rows: non-temporal stores (no read of
+        // the output's lines before they are overwritten).
+        let stream = taken.is_some() && k.rows.saturating_mul(per0) >= STREAM_ELEMS;
         let res0: &mut [f32] = match &mut taken {
             Some(Chunk::F(d)) => d,
             _ => {
@@ -677,7 +680,7 @@ fn run_block_body(
         };
         sr1.clear();
         sr2.clear();
-        reduce_rows(st, nb, wb[s], xin, res0, sr1, sr2);
+        reduce_rows(st, nb, wb[s], xin, res0, sr1, sr2, stream);
         let results: [&[f32]; 3] = [res0, sr1, sr2];
         let own = [
             (xin, len),
@@ -722,30 +725,47 @@ fn run_block_body(
                 outs[j] = Some(c);
             }
         } else {
-            // The outputs this stage hands on, in the scratch buffers after the earlier ones.
+            // The outputs this stage hands on, in the scratch buffers after the earlier ones:
+            // epilogues first (they read the results), then the results themselves, each
+            // moved into its buffer the first time (no copy) and copied after that.
             for (o, buf) in st.outputs.iter().zip(after.iter_mut()) {
-                match o {
-                    RowOut::Result(r) => {
-                        buf.clear();
-                        buf.extend_from_slice(results[*r as usize]);
-                    }
-                    RowOut::Rows { expr } => {
-                        let per = expr.numel() / k.rows;
-                        buf.resize(nb * per, 0.0);
-                        expr.eval_range_shifted(&ext, &shift, r0 * per, r1 * per, &mut [buf]);
-                    }
-                    RowOut::Whole { .. } => unreachable!("checked: only the last stage"),
+                if let RowOut::Rows { expr } = o {
+                    let per = expr.numel() / k.rows;
+                    buf.resize(nb * per, 0.0);
+                    expr.eval_range_shifted(&ext, &shift, r0 * per, r1 * per, &mut [buf]);
+                }
+            }
+            let mut moved: [Option<usize>; 3] = [None; 3];
+            for j in 0..mine {
+                let RowOut::Result(r) = st.outputs[j] else {
+                    continue;
+                };
+                let r = r as usize;
+                if let Some(first) = moved[r] {
+                    let (a, b) = after.split_at_mut(j);
+                    b[0].clear();
+                    b[0].extend_from_slice(&a[first]);
+                } else {
+                    let res = match r {
+                        0 => &mut *sr0,
+                        1 => &mut *sr1,
+                        _ => &mut *sr2,
+                    };
+                    std::mem::swap(&mut after[j], res);
+                    moved[r] = Some(j);
                 }
             }
             done += mine;
         }
     }
+    stream_fence();
     ROWS.with(|c| *c.borrow_mut() = scratch);
 }
 
 /// Computes a stage's results over the rows `x` (`len` each): result 0 into `res0` (one value
 /// or one row per row), results 1 and 2 (layer norm's mean and rstd) pushed onto `res1`, `res2`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn reduce_rows(
     st: &RowStage,
     rows: usize,
@@ -754,17 +774,15 @@ fn reduce_rows(
     res0: &mut [f32],
     res1: &mut Vec<f32>,
     res2: &mut Vec<f32>,
+    stream: bool,
 ) {
     let len = st.len;
     let lf = len as f64;
-    let per0 = st.op.result_per_row(0, len).unwrap_or(1);
+    let mut tmp = if stream { vec![0f32; len] } else { vec![] };
     for r in 0..rows {
         // The next row, from memory while this one is computed in cache.
         if r + 1 < rows {
-            prefetch(&x[(r + 1) * len..(r + 2) * len], false);
-            if per0 == len {
-                prefetch(&res0[(r + 1) * len..(r + 2) * len], true);
-            }
+            prefetch(&x[(r + 1) * len..(r + 2) * len]);
         }
         let x = &x[r * len..(r + 1) * len];
         match st.op {
@@ -788,6 +806,14 @@ fn reduce_rows(
                 let out = &mut res0[r * len..(r + 1) * len];
                 if st.op == ReduceOp::SafeSoftmax && m == f32::NEG_INFINITY {
                     out.fill(0.0);
+                    continue;
+                }
+                if stream && st.op != ReduceOp::LogSoftmax {
+                    for (o, &v) in tmp.iter_mut().zip(x) {
+                        *o = math::exp(v - m);
+                    }
+                    let inv = (1.0 / sum_f64(&tmp)) as f32;
+                    store_scaled_nt(out, &tmp, inv);
                     continue;
                 }
                 for (o, &v) in out.iter_mut().zip(x) {
@@ -840,24 +866,55 @@ fn reduce_rows(
     }
 }
 
-/// Asks for the cache lines of `v` ahead of use (`write`: to be written).
+/// Asks for the cache lines of `v` ahead of use.
 #[inline(always)]
-fn prefetch(v: &[f32], write: bool) {
+fn prefetch(v: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     for i in (0..v.len()).step_by(16) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
-        let p = v[i..].as_ptr() as *const i8;
-        // SAFETY: a prefetch is a hint; `p` points into `v`.
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint; the address is inside `v`.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(v[i..].as_ptr() as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
+/// Full-row results of at least this many elements in all are written with non-temporal
+/// stores (32 MiB: far past the caches, so nothing reads them from there).
+const STREAM_ELEMS: usize = 8 << 20;
+
+/// `dst[i] = src[i] * k` (the same products as `*o *= k`), written with non-temporal stores
+/// where `dst` is 16-byte aligned: the lines go to memory without being read first.
+#[inline(always)]
+fn store_scaled_nt(dst: &mut [f32], src: &[f32], k: f32) {
+    let n = dst.len().min(src.len());
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if (dst.as_ptr() as usize).is_multiple_of(16) {
+        use std::arch::x86_64::{_mm_loadu_ps, _mm_mul_ps, _mm_set1_ps, _mm_stream_ps};
+        done = n / 4 * 4;
+        // SAFETY: `i + 4 <= done <= n` for both slices; `dst + i` is 16-byte aligned.
         unsafe {
-            if write {
-                _mm_prefetch::<_MM_HINT_ET0>(p);
-            } else {
-                _mm_prefetch::<_MM_HINT_T0>(p);
+            let kv = _mm_set1_ps(k);
+            for i in (0..done).step_by(4) {
+                let v = _mm_mul_ps(_mm_loadu_ps(src.as_ptr().add(i)), kv);
+                _mm_stream_ps(dst.as_mut_ptr().add(i), v);
             }
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (v, write);
+    for i in done..n {
+        dst[i] = src[i] * k;
+    }
+}
+
+/// Orders this thread's non-temporal stores before what follows (the end of a row block).
+#[inline(always)]
+fn stream_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a store fence has no preconditions.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }
 
 /// Per-thread buffers of a row block: input rows, results 0, 1 and 2 of the current stage,
