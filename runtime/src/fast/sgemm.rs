@@ -1156,20 +1156,9 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
             continue;
         }
         let (tm, tn) = (p.m.div_ceil(mr), p.n.div_ceil(nr));
-        // This product's share of the tasks; columns in blocks of at most 16 panels, rows
-        // in blocks of at most 256 (a tile of `C` of at most 512 KiB stays in L2, and each
-        // panel of `B` streams from memory once per block of rows), split further until the
-        // share is met.
+        // This product's share of the tasks.
         let share = (want * tm * tn).div_ceil(total_tiles.max(1)).max(1);
-        let mut col_tiles = tn.div_ceil(16).max(1);
-        let mut row_tiles = tm.div_ceil((256 / mr).max(1)).max(1);
-        while row_tiles * col_tiles < share && (row_tiles < tm || col_tiles < tn) {
-            if row_tiles < tm && (row_tiles <= col_tiles || col_tiles >= tn) {
-                row_tiles += 1;
-            } else {
-                col_tiles += 1;
-            }
-        }
+        let (row_tiles, col_tiles) = task_tiles(tm, tn, share, threads, (mr, nr));
         let rows = tm.div_ceil(row_tiles) * mr;
         let cols = tn.div_ceil(col_tiles) * nr;
         for r0 in (0..p.m).step_by(rows) {
@@ -1216,6 +1205,54 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
         });
         finish(i, r0..r0 + mc, c0..c0 + nc);
     });
+}
+
+/// How [`prepacked`] cuts a product of `tm x tn` micro-tiles into at least `share` tasks:
+/// `(row blocks, column blocks)`. Columns in blocks of at most 16 panels and rows in blocks of
+/// at most 256 (a tile of `C` of at most 512 KiB stays in L2, and each panel of `B` streams
+/// from memory once per block of rows), split further until the share is met; then, where
+/// that leaves tiles of unequal size or a task count that is not a multiple of the threads,
+/// the fewest equal tiles (squarest first) whose count is, up to twice the share.
+fn task_tiles(
+    tm: usize,
+    tn: usize,
+    share: usize,
+    threads: usize,
+    (mr, nr): (usize, usize),
+) -> (usize, usize) {
+    let min_cols = tn.div_ceil(16).max(1);
+    let min_rows = tm.div_ceil((256 / mr).max(1)).max(1);
+    let (mut row_tiles, mut col_tiles) = (min_rows, min_cols);
+    while row_tiles * col_tiles < share && (row_tiles < tm || col_tiles < tn) {
+        if row_tiles < tm && (row_tiles <= col_tiles || col_tiles >= tn) {
+            row_tiles += 1;
+        } else {
+            col_tiles += 1;
+        }
+    }
+    // Rather tiles of one size, as many as a multiple of the threads (9 tasks on 2
+    // threads leave one thread a fifth of the time idle), up to twice the share.
+    let even = |t: usize, d: usize| t.is_multiple_of(d);
+    if !even(row_tiles * col_tiles, threads) || !even(tm, row_tiles) || !even(tn, col_tiles) {
+        let mut best: Option<(usize, usize, usize)> = None;
+        for rt in (min_rows..=tm.min(2 * share)).filter(|&rt| even(tm, rt)) {
+            for ct in (min_cols..=tn.min(2 * share)).filter(|&ct| even(tn, ct)) {
+                let t = rt * ct;
+                if t < share || t > 2 * share || !even(t, threads) {
+                    continue;
+                }
+                // Fewest tasks, then the squarest tiles (in elements of `C`).
+                let skew = (tm / rt * mr).abs_diff(tn / ct * nr);
+                if best.is_none_or(|(bt, bs, _)| (t, skew) < (bt, bs)) {
+                    best = Some((t, skew, rt));
+                }
+            }
+        }
+        if let Some((t, _, rt)) = best {
+            (row_tiles, col_tiles) = (rt, t / rt);
+        }
+    }
+    (row_tiles, col_tiles)
 }
 
 /// Largest `A` (floats, padded) that [`prepacked`] packs once for all its column tiles.
@@ -1445,6 +1482,20 @@ mod tests {
                 ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
             })
             .collect()
+    }
+
+    #[test]
+    fn tasks_are_equal_tiles_in_multiples_of_the_threads() {
+        // The MLP's last layer (256 x 1024, 8 x 32 tiles) on 2 threads: not 3 x 3 unequal
+        // tasks but 8 equal ones.
+        let (rt, ct) = task_tiles(32, 32, 8, 2, (8, 32));
+        assert_eq!((rt * ct, 32 % rt, 32 % ct), (8, 0, 0), "{rt} x {ct}");
+        // Shapes that already split evenly keep their tiles (the encoder's linear layers).
+        assert_eq!(task_tiles(256, 64, 8, 2, (8, 32)), (8, 4));
+        assert_eq!(task_tiles(256, 16, 8, 2, (8, 32)), (8, 1));
+        // No even split within twice the share: the first cut stands.
+        let (rt, ct) = task_tiles(7, 3, 8, 2, (8, 32));
+        assert!(rt * ct >= 8, "{rt} x {ct}");
     }
 
     #[test]
