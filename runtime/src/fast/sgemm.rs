@@ -988,6 +988,10 @@ unsafe fn pack_b_panel(
 ) {
     if b.cs == 1 {
         for l in 0..kc {
+            // A row some steps ahead (rows of a head of a packed projection lie far apart).
+            if l + 8 < kc {
+                prefetch_span(b.row(p0 + l + 8).wrapping_add(j0), cols);
+            }
             let src = b.row(p0 + l).add(j0);
             let d = &mut panel[l * nr..(l + 1) * nr];
             d[..cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
