@@ -369,6 +369,28 @@ fn unsupported_ops_and_dtypes_are_errors_naming_the_node() {
 
 /// Compiles every reduction kernel of `g`, runs it on the reference values of its operands
 /// and compares every output. Returns the number of kernels run.
+/// Runs a row reduction whose outputs are `outputs` and compares each with the reference.
+fn run_and_compare(
+    g: &Graph,
+    rr: &fxhlo_runtime::fast::reduce::RowReduce,
+    srcs: &[Src],
+    outputs: &[ValueRef],
+    vals: &BTreeMap<ValueRef, Tensor>,
+) -> Vec<Vec<f32>> {
+    use fxhlo_runtime::fast::reduce::run_row_reduce;
+    use fxhlo_runtime::fast::Dst;
+    let mut outs: Vec<Vec<f32>> = outputs
+        .iter()
+        .map(|&o| vec![f32::NAN; shape_of(g, o).iter().product()])
+        .collect();
+    let mut dsts: Vec<Dst> = outs.iter_mut().map(|o| Dst::F32(o)).collect();
+    run_row_reduce(rr, srcs, &mut dsts).unwrap_or_else(|m| panic!("{m}\n{rr:?}"));
+    for (o, out) in outputs.iter().zip(&outs) {
+        close(out, &vals[o].f64s(), g.value_name(*o));
+    }
+    outs
+}
+
 fn check_reductions(g: &Graph, seed: u64) -> usize {
     use fxhlo_runtime::fast::reduce::run_row_reduce;
     use fxhlo_runtime::fast::Dst;
@@ -385,16 +407,7 @@ fn check_reductions(g: &Graph, seed: u64) -> usize {
             .unwrap_or_else(|m| panic!("{m}\n{plan}"));
         let bufs: Vec<Buf> = slots.values.iter().map(|v| buf(&vals[v])).collect();
         let srcs: Vec<Src> = bufs.iter().map(src).collect();
-        let mut outs: Vec<Vec<f32>> = k
-            .outputs
-            .iter()
-            .map(|&o| vec![f32::NAN; shape_of(g, o).iter().product()])
-            .collect();
-        let mut dsts: Vec<Dst> = outs.iter_mut().map(|o| Dst::F32(o)).collect();
-        run_row_reduce(&rr, &srcs, &mut dsts).unwrap_or_else(|m| panic!("{m}\n{rr:?}"));
-        for (o, out) in k.outputs.iter().zip(&outs) {
-            close(out, &vals[o].f64s(), g.value_name(*o));
-        }
+        let outs = run_and_compare(g, &rr, &srcs, &k.outputs, &vals);
         // A second run gives bitwise the same results (fixed blocks and summation order).
         let mut again: Vec<Vec<f32>> = outs.iter().map(|o| vec![0.0; o.len()]).collect();
         let mut dsts: Vec<Dst> = again.iter_mut().map(|o| Dst::F32(o)).collect();
@@ -555,8 +568,6 @@ fn corrupted_row_reductions_are_rejected_before_running() {
 /// outputs kept in scratch), runs it and compares the last kernel's outputs; `Err` where the
 /// kernels do not chain.
 fn check_chain(g: &Graph, seed: u64) -> Result<usize, String> {
-    use fxhlo_runtime::fast::reduce::run_row_reduce;
-    use fxhlo_runtime::fast::Dst;
     let plan = fusion::plan(g);
     let vals = reference(g, seed);
     let ks: Vec<&fusion::Kernel> = plan
@@ -574,16 +585,7 @@ fn check_chain(g: &Graph, seed: u64) -> Result<usize, String> {
         let inner = ks.iter().any(|k| k.outputs.contains(v));
         assert!(!inner, "{} is read", g.value_name(*v));
     }
-    let mut outs: Vec<Vec<f32>> = last
-        .outputs
-        .iter()
-        .map(|&o| vec![f32::NAN; shape_of(g, o).iter().product()])
-        .collect();
-    let mut dsts: Vec<Dst> = outs.iter_mut().map(|o| Dst::F32(o)).collect();
-    run_row_reduce(&rr, &srcs, &mut dsts).unwrap_or_else(|m| panic!("{m}\n{rr:?}"));
-    for (o, out) in last.outputs.iter().zip(&outs) {
-        close(out, &vals[o].f64s(), g.value_name(*o));
-    }
+    run_and_compare(g, &rr, &srcs, &last.outputs, &vals);
     Ok(rr.stages.len())
 }
 
