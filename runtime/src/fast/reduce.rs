@@ -233,7 +233,7 @@ impl RowReduce {
                         }
                         expr.validate_program()?;
                         if expr.num_outputs() != 1 {
-                            return Err(format!("output {j} has one value"));
+                            return Err(format!("output {j} must have one value"));
                         }
                         if expr
                             .slots()
