@@ -210,7 +210,7 @@ impl RowReduce {
             for (e, numel) in [(&st.weight, st.len), (&st.bias, st.len)] {
                 if let Some(e) = e {
                     one_output(e, numel).map_err(&at)?;
-                    if e.slots().iter().any(|&(slot, _)| slot as usize >= num_srcs) {
+                    if reads_scratch(e, num_srcs) {
                         return Err(at("a weight or bias reads a scratch slot".into()));
                     }
                 }
@@ -235,11 +235,7 @@ impl RowReduce {
                         if expr.num_outputs() != 1 {
                             return Err(format!("output {j} must have one value"));
                         }
-                        if expr
-                            .slots()
-                            .iter()
-                            .any(|&(slot, _)| slot as usize >= num_srcs)
-                        {
+                        if reads_scratch(expr, num_srcs) {
                             return Err(format!("output {j} reads a scratch slot"));
                         }
                     }
@@ -284,8 +280,7 @@ impl RowReduce {
         if e.num_outputs() != 1 {
             return Err("an expression of a row reduction has one output".into());
         }
-        let reads_scratch = e.slots().iter().any(|&(slot, _)| slot as usize >= ns);
-        if !own && !reads_scratch {
+        if !own && !reads_scratch(e, ns) {
             return Ok(());
         }
         let total = e.numel();
@@ -350,6 +345,11 @@ impl RowReduce {
     }
 }
 
+/// Whether `e` reads a slot past the kernel's `num_srcs` operands (a scratch buffer).
+fn reads_scratch(e: &Expr, num_srcs: usize) -> bool {
+    e.slots().iter().any(|&(slot, _)| slot as usize >= num_srcs)
+}
+
 /// Checks that `e` is a valid program with one output over `numel` elements.
 fn one_output(e: &Expr, numel: usize) -> Result<(), String> {
     e.validate_program()?;
@@ -369,13 +369,10 @@ enum Chunk<'a> {
     B(&'a mut [bool]),
 }
 
-/// Lanes of the row sums: four AVX-512 registers of `f64`, so the additions of consecutive
-/// elements are independent and hide the adder's latency (the sum order is fixed: lane by
-/// lane, then a fixed tree).
+/// Lanes of the row sums and of a row maximum or minimum: two AVX-512 registers of `f64`, one
+/// of `f32`, so the additions of consecutive elements are independent (the sum order is
+/// fixed: lane by lane, then a fixed tree). Four registers were slower on workload d.
 const LANES: usize = 16;
-
-/// Lanes of a row maximum or minimum: four AVX-512 registers of `f32`.
-const FOLD_LANES: usize = 16;
 
 /// The fixed tree that adds the lanes.
 #[inline(always)]
@@ -425,10 +422,10 @@ fn sq_dev_f64(x: &[f32], m: f64) -> f64 {
 
 #[inline(always)]
 fn fold_f32(x: &[f32], f: fn(f32, f32) -> f32) -> f32 {
-    let mut acc = [x.first().copied().unwrap_or(0.0); FOLD_LANES];
-    let mut it = x.chunks_exact(FOLD_LANES);
+    let mut acc = [x.first().copied().unwrap_or(0.0); LANES];
+    let mut it = x.chunks_exact(LANES);
     for c in &mut it {
-        for k in 0..FOLD_LANES {
+        for k in 0..LANES {
             acc[k] = f(acc[k], c[k]);
         }
     }
@@ -641,12 +638,7 @@ fn run_block_body(
             None => {
                 x.resize(nb * len, 0.0);
                 let out = &mut [&mut x[..nb * len]];
-                if st
-                    .prologue
-                    .slots()
-                    .iter()
-                    .all(|&(slot, _)| (slot as usize) < ns)
-                {
+                if !reads_scratch(&st.prologue, ns) {
                     st.prologue.eval_range(srcs, r0 * len, r1 * len, out);
                 } else {
                     let empty = [(&[][..], 0); OWN];
@@ -782,7 +774,7 @@ fn reduce_rows(
     for r in 0..rows {
         // The next row, from memory while this one is computed in cache.
         if r + 1 < rows {
-            prefetch(&x[(r + 1) * len..(r + 2) * len]);
+            super::simd::prefetch(x[(r + 1) * len..].as_ptr(), len);
         }
         let x = &x[r * len..(r + 1) * len];
         match st.op {
@@ -864,19 +856,6 @@ fn reduce_rows(
             }
         }
     }
-}
-
-/// Asks for the cache lines of `v` ahead of use.
-#[inline(always)]
-fn prefetch(v: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    for i in (0..v.len()).step_by(16) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint; the address is inside `v`.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(v[i..].as_ptr() as *const i8) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = v;
 }
 
 /// Full-row results of at least this many elements in all are written with non-temporal

@@ -921,7 +921,7 @@ unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize,
         // are fetched while this one is packed.
         if a.cs == 1 && r + mr < r0 + mc {
             for i in r + mr..(r + 2 * mr).min(r0 + mc) {
-                prefetch_span(a.row(i).wrapping_add(p0), kc);
+                super::simd::prefetch(a.row(i).wrapping_add(p0), kc);
             }
         }
         let one_group = a.group == usize::MAX || r / a.group == (r + rows - 1) / a.group;
@@ -952,22 +952,6 @@ unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize,
     }
 }
 
-/// Asks for the cache lines of the `len` floats at `p` ahead of use.
-#[inline(always)]
-fn prefetch_span(p: *const f32, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for i in (0..len).step_by(16) {
-        // SAFETY: a prefetch is a hint and never faults.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                p.wrapping_add(i) as *const i8
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, len);
-}
-
 /// Packs rows `p0..p0+kc`, columns `c0..c0+nc` of `b` into panels of `nr` columns: panel `q`
 /// holds, for each `l`, the `nr` values of row `p0 + l` (columns past `nc` are zero).
 unsafe fn pack_b(b: &Mat, p0: usize, kc: usize, c0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
@@ -990,7 +974,7 @@ unsafe fn pack_b_panel(
         for l in 0..kc {
             // A row some steps ahead (rows of a head of a packed projection lie far apart).
             if l + 8 < kc {
-                prefetch_span(b.row(p0 + l + 8).wrapping_add(j0), cols);
+                super::simd::prefetch(b.row(p0 + l + 8).wrapping_add(j0), cols);
             }
             let src = b.row(p0 + l).add(j0);
             let d = &mut panel[l * nr..(l + 1) * nr];
@@ -1009,7 +993,7 @@ unsafe fn pack_b_panel(
                     let col = b
                         .ptr
                         .wrapping_offset(p0 as isize + (j0 + j) as isize * b.cs);
-                    prefetch_span(col, kc);
+                    super::simd::prefetch(col, kc);
                 }
                 let src = b
                     .ptr

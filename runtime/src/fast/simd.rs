@@ -63,6 +63,23 @@ macro_rules! multiversion {
 }
 pub(crate) use multiversion;
 
+/// Asks for the cache lines of the `len` floats at `p` ahead of use (one prefetch per 64-byte
+/// line). A prefetch is a hint and never faults, so `p` may point anywhere.
+#[inline(always)]
+pub(crate) fn prefetch(p: *const f32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for i in (0..len).step_by(16) {
+        // SAFETY: a prefetch is a hint and never faults.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                p.wrapping_add(i) as *const i8
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
+
 /// Whether the CPU runs the AVX-512 copies (F, BW, DQ and VL, as `x86-64-v4`), checked once.
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx512() -> bool {
