@@ -8,6 +8,7 @@ use fxhlo_passes::fusion::{FusionPlan, Kernel as FusionKernel, KernelKind};
 use fxhlo_runtime::fast::program::{
     BlockSpec, Epilogue, Kernel, Launch, Program, Step, TensorSpec, ValueId,
 };
+use fxhlo_runtime::fast::reduce::RowReduce;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Counts of how the kernels of a plan were compiled.
@@ -106,15 +107,19 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
         }
     }
     let mut report = BuildReport::default();
-    let (chains, absorbed) = reduction_chains(g, plan);
+    let (mut chains, absorbed) = reduction_chains(g, plan);
     for (i, k) in plan.kernels.iter().enumerate() {
         if absorbed.contains(&i) {
             continue;
         }
-        let steps = match chains.get(&i) {
-            Some(chain) => {
-                let ks: Vec<&FusionKernel> = chain.iter().map(|&j| &plan.kernels[j]).collect();
-                match reduction_step(g, &ks, &mut vals) {
+        let steps = match chains.remove(&i) {
+            Some(Chain {
+                kernels,
+                kernel,
+                slots,
+            }) => {
+                let ks: Vec<&FusionKernel> = kernels.iter().map(|&j| &plan.kernels[j]).collect();
+                match row_step(g, &ks, kernel, &slots, &mut vals) {
                     Ok(s) => vec![s],
                     // Not expected (the chain compiled when it was found): the kernels alone.
                     Err(_) => {
@@ -444,9 +449,20 @@ fn fuse_epilogue(heavy: &mut Step, epi: &Step, product: ValueId, vals: &Values<'
 
 /// A reduction kernel with its prologue and epilogue.
 fn reduction_step(g: &Graph, ks: &[&FusionKernel], vals: &mut Values<'_>) -> Result<Step, String> {
-    let last = ks.last().ok_or("no kernel")?;
     let mut slots = Slots::default();
     let r = super::reduce::build_chain(g, ks, &mut slots)?;
+    row_step(g, ks, r, &slots, vals)
+}
+
+/// The step of row-reduction kernel `r` compiled from the kernels `ks` with operand `slots`.
+fn row_step(
+    g: &Graph,
+    ks: &[&FusionKernel],
+    r: RowReduce,
+    slots: &Slots,
+    vals: &mut Values<'_>,
+) -> Result<Step, String> {
+    let last = ks.last().ok_or("no kernel")?;
     let inside: BTreeSet<NodeId> = ks.iter().flat_map(|k| members(k)).collect();
     let srcs = operand_ids(g, &slots.values, &inside, vals)?;
     let dsts = operand_ids(g, &last.outputs, &BTreeSet::new(), vals)?;
@@ -460,15 +476,21 @@ fn reduction_step(g: &Graph, ks: &[&FusionKernel], vals: &mut Values<'_>) -> Res
     })
 }
 
-/// Reduction kernels that run as the earlier stages of a later one over the same rows (see
-/// [`build_chain`](super::reduce::build_chain)): for each last kernel, the chain's kernels in
-/// plan order, and the set of kernels taken into a chain. A kernel joins when every reader of
-/// its outputs is in the chain already and none is a graph output (so its outputs need never
-/// be written), and the chain with it still compiles.
-fn reduction_chains(
-    g: &Graph,
-    plan: &FusionPlan,
-) -> (BTreeMap<usize, Vec<usize>>, BTreeSet<usize>) {
+/// Reduction kernels compiled as one (see [`build_chain`](super::reduce::build_chain)).
+struct Chain {
+    /// The kernels of the plan, in plan order; the last one's outputs are the step's.
+    kernels: Vec<usize>,
+    /// The compiled kernel.
+    kernel: RowReduce,
+    /// Its operands.
+    slots: Slots,
+}
+
+/// Reduction kernels that run as the earlier stages of a later one over the same rows: the
+/// chain of each last kernel (compiled once, here), and the set of kernels taken into a chain.
+/// A kernel joins when every reader of its outputs is in the chain already and none is a graph
+/// output (so its outputs need never be written), and the chain with it still compiles.
+fn reduction_chains(g: &Graph, plan: &FusionPlan) -> (BTreeMap<usize, Chain>, BTreeSet<usize>) {
     let ks = &plan.kernels;
     let mut readers: BTreeMap<ValueRef, BTreeSet<usize>> = BTreeMap::new();
     for (i, k) in ks.iter().enumerate() {
@@ -484,6 +506,7 @@ fn reduction_chains(
             continue;
         }
         let mut chain = BTreeSet::from([b]);
+        let mut built = None;
         for a in (0..b).rev() {
             let joins = reduction(a)
                 && ks[a].outputs.iter().all(|v| {
@@ -496,13 +519,19 @@ fn reduction_chains(
             with.push(a);
             with.sort_unstable();
             let kernels: Vec<&FusionKernel> = with.iter().map(|&j| &ks[j]).collect();
-            if super::reduce::build_chain(g, &kernels, &mut Slots::default()).is_ok() {
+            let mut slots = Slots::default();
+            if let Ok(kernel) = super::reduce::build_chain(g, &kernels, &mut slots) {
                 chain.insert(a);
+                built = Some(Chain {
+                    kernels: with,
+                    kernel,
+                    slots,
+                });
             }
         }
-        if chain.len() > 1 {
-            absorbed.extend(chain.iter().copied().filter(|&j| j != b));
-            chains.insert(b, chain.into_iter().collect());
+        if let Some(c) = built {
+            absorbed.extend(c.kernels.iter().copied().filter(|&j| j != b));
+            chains.insert(b, c);
         }
     }
     (chains, absorbed)

@@ -67,9 +67,9 @@ pub fn build(g: &Graph, k: &Kernel, slots: &mut Slots) -> Result<RowReduce, Stri
 /// one [`ReduceOp::SafeSoftmax`] stage: the `any` kernel runs no stage of its own, where the
 /// softmax kernel reads its result only through that `where`.
 pub fn build_chain(g: &Graph, ks: &[&Kernel], slots: &mut Slots) -> Result<RowReduce, String> {
-    let before = slots.clone();
     let guards = masked_row_guards(g, ks);
     if !guards.is_empty() {
+        let before = slots.clone();
         if let Ok(rr) = build_stages(g, ks, slots, &guards) {
             return Ok(rr);
         }
@@ -122,23 +122,21 @@ fn masked_row_guards(g: &Graph, ks: &[&Kernel]) -> BTreeMap<ValueRef, ValueRef> 
     guards
 }
 
-/// Whether `o` is `where(logical_not(a), 0, sm)` with `guards[a] == x`: the guarded softmax
-/// `sm` of `x`.
-fn is_guarded_softmax(
+/// The guard `a` where `o` is `where(logical_not(a), 0, sm)` with `guards[a] == x`: the
+/// guarded softmax `sm` of `x`.
+fn safe_softmax_guard(
     g: &Graph,
     o: ValueRef,
     sm: ValueRef,
     x: ValueRef,
     guards: &BTreeMap<ValueRef, ValueRef>,
-) -> bool {
+) -> Option<ValueRef> {
     let n = &g.nodes[o.node];
-    if n.op() != Some(Op::WhereSelf) || o.index != 0 {
-        return false;
+    if n.op() != Some(Op::WhereSelf) || o.index != 0 || g.ty(o).shape != g.ty(sm).shape {
+        return None;
     }
     let arg = |name: &str| n.arg(name).and_then(Arg::as_tensor);
-    let (Some(c), Some(z), Some(v)) = (arg("condition"), arg("self"), arg("other")) else {
-        return false;
-    };
+    let (c, z, v) = (arg("condition")?, arg("self")?, arg("other")?);
     let zn = &g.nodes[z.node];
     let zero = matches!(zn.op(), Some(Op::Full | Op::FullLike))
         && matches!(
@@ -146,12 +144,12 @@ fn is_guarded_softmax(
             Some(Arg::Int(0)) | Some(Arg::Float(0.0))
         );
     let cn = &g.nodes[c.node];
-    let masked = cn.op() == Some(Op::LogicalNot)
-        && cn
-            .arg("self")
-            .and_then(Arg::as_tensor)
-            .is_some_and(|a| guards.get(&a) == Some(&x));
-    v == sm && zero && masked && g.ty(o).shape == g.ty(sm).shape
+    if v != sm || !zero || cn.op() != Some(Op::LogicalNot) {
+        return None;
+    }
+    cn.arg("self")
+        .and_then(Arg::as_tensor)
+        .filter(|a| guards.get(a) == Some(&x))
 }
 
 fn build_stages(
@@ -406,12 +404,12 @@ fn stage(
     // A softmax read only through the masked-row guard's `where`s: a safe softmax, whose
     // result 0 is each of those `where`s.
     let sm = ValueRef::new(ri, 0);
-    let guarded = |o: ValueRef| is_guarded_softmax(g, o, sm, x, guards);
     let mut rop = rop;
-    let wheres: Vec<ValueRef> = members
+    // Each such `where` and its guard.
+    let wheres: BTreeMap<ValueRef, ValueRef> = members
         .iter()
         .map(|&i| ValueRef::new(i, 0))
-        .filter(|&v| guarded(v))
+        .filter_map(|w| Some((w, safe_softmax_guard(g, w, sm, x, guards)?)))
         .collect();
     let reads_sm = |i: &NodeId| {
         g.nodes[*i]
@@ -426,13 +424,12 @@ fn stage(
         && members
             .iter()
             .filter(|i| reads_sm(i))
-            .all(|&i| wheres.contains(&ValueRef::new(i, 0)))
+            .all(|&i| wheres.contains_key(&ValueRef::new(i, 0)))
     {
         rop = ReduceOp::SafeSoftmax;
-        for &w in &wheres {
+        for (&w, &a) in &wheres {
             subst.insert(w, placeholder(1));
-            let c = g.nodes[w.node].arg("condition").and_then(Arg::as_tensor);
-            used.extend(c.and_then(|c| g.nodes[c.node].arg("self").and_then(Arg::as_tensor)));
+            used.insert(a);
         }
     }
     let mut outputs = vec![];
@@ -441,7 +438,7 @@ fn stage(
             outputs.push(RowOut::Result(o.index as u32));
             continue;
         }
-        if rop == ReduceOp::SafeSoftmax && wheres.contains(&o) {
+        if rop == ReduceOp::SafeSoftmax && wheres.contains_key(&o) {
             outputs.push(RowOut::Result(0));
             continue;
         }
