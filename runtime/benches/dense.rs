@@ -34,8 +34,20 @@ fn report(name: &str, threads: usize, flops: f64, secs: f64) {
 }
 
 fn bench_matmul(threads: usize, name: &str, spec: &MatmulSpec, reps: usize) {
-    let a = fill(spec.batch * spec.m * spec.k, 1);
-    let b = fill(spec.batch * spec.k * spec.n, 2);
+    let lens = (spec.batch * spec.m * spec.k, spec.batch * spec.k * spec.n);
+    bench_matmul_in(threads, name, spec, lens, reps);
+}
+
+/// [`bench_matmul`] with operand buffers of the given lengths (views into larger buffers).
+fn bench_matmul_in(
+    threads: usize,
+    name: &str,
+    spec: &MatmulSpec,
+    (a_len, b_len): (usize, usize),
+    reps: usize,
+) {
+    let a = fill(a_len, 1);
+    let b = fill(b_len, 2);
     let mut c = vec![0f32; spec.batch * spec.m * spec.n];
     let flops = 2.0 * (spec.batch * spec.m * spec.n * spec.k) as f64;
     let secs = time(reps, || matmul(spec, &a, &b, None, &mut c, &|_| {}));
@@ -111,6 +123,27 @@ fn main() {
             spec_t.b.row_stride = 1;
             spec_t.b.col_stride = 64;
             bench_matmul(threads, "bmm 64 x (256x64 @ (256x64)^T)", &spec_t, 10);
+            // ... and both read as heads of a packed QKV projection ([seq 256, batch 8, 3 x 512],
+            // head h of sequence b at b * 1536 + h * 64), as the encoder's attention does.
+            let head = |offset: usize, transposed: bool| Operand {
+                offset,
+                batch_stride: 64,
+                row_stride: if transposed { 1 } else { 8 * 1536 },
+                col_stride: if transposed { 8 * 1536 } else { 1 },
+                group: 8,
+                group_stride: 1536,
+            };
+            let mut spec_qkv = spec.clone();
+            spec_qkv.a = head(0, false);
+            spec_qkv.b = head(512, true);
+            spec_qkv.alpha = 0.125;
+            bench_matmul_in(
+                threads,
+                "bmm 64 x (Q @ K^T) from a QKV projection",
+                &spec_qkv,
+                (256 * 8 * 1536, 256 * 8 * 1536),
+                10,
+            );
             for (name, n, cin, hw, cout, k, s, p, groups) in [
                 ("conv3x3 8x64x56x56 -> 64", 8, 64, 56, 64, 3, 1, 1, 1),
                 ("conv3x3 s2 8x128x56x56 -> 128", 8, 128, 56, 128, 3, 2, 1, 1),

@@ -194,14 +194,95 @@ fn matmul_with_prepacked_weights_gives_the_same_bits() {
         let pk = prepack_b(&spec, &b).expect("a shared right operand");
         for threads in [1, 2, 3] {
             let mut got = vec![f32::NAN; len];
-            pool(threads)
-                .install(|| matmul_prepacked(&spec, &a, &b, Some(&pk), None, &mut got, &|_| {}));
+            pool(threads).install(|| {
+                matmul_prepacked(&spec, &a, &b, Some(&pk), None, &mut got, false, &|_| {})
+            });
             assert!(
                 got.iter()
                     .zip(&want)
                     .all(|(g, w)| g.to_bits() == w.to_bits()),
                 "{what}, {threads} threads: prepacked bits differ"
             );
+        }
+    }
+}
+
+#[test]
+fn scale_column_bias_and_relu_in_the_gemm_give_the_bits_of_applying_them_after() {
+    use fxhlo_runtime::fast::gemm::{matmul_prepacked, prepack_b};
+    // Every path of the GEMM: serial (tiny), one shared product (large), products per batch
+    // entry (B not shared), B packed ahead (two panels of k), and k = 0.
+    let mut per_entry = MatmulSpec::contiguous(4, 40, 50, 70);
+    per_entry.alpha = 0.125;
+    let mut cases = vec![
+        (MatmulSpec::contiguous(1, 5, 7, 3), false, "serial"),
+        (MatmulSpec::contiguous(1, 256, 520, 300), false, "shared"),
+        (per_entry, false, "per batch entry"),
+        (
+            MatmulSpec::contiguous(1, 64, 100, 600),
+            true,
+            "prepacked, two panels of k",
+        ),
+        (MatmulSpec::contiguous(1, 9, 33, 0), false, "k = 0"),
+    ];
+    let mut shared_b = MatmulSpec::contiguous(3, 20, 70, 33);
+    shared_b.b.batch_stride = 0;
+    cases.push((shared_b, true, "batch sharing a prepacked B"));
+    // A bias per column goes to the GEMM with the ReLU; a bias per element does not, and then
+    // neither may the ReLU, which comes after it.
+    for ((mut spec, prepack, what), per_element) in cases
+        .into_iter()
+        .flat_map(|c| [(c.clone(), false), (c, true)])
+    {
+        let (m, n) = (spec.m, spec.n);
+        let a = rnd(extent(&spec.a, spec.batch, m, spec.k.max(1)), 7);
+        let b = rnd(extent(&spec.b, spec.batch, spec.k.max(1), n), 8);
+        let bias = rnd(m * n + 3, 9);
+        let bias_at = |i: usize| 3 + if per_element { i % (m * n) } else { i % n };
+        let len = spec.batch * m * n;
+        // The plain product, then the scale, bias and ReLU applied as separate passes.
+        let alpha = if spec.alpha == 1.0 { 0.5 } else { spec.alpha };
+        let beta = 0.75f32;
+        let mut want = vec![0f32; len];
+        spec.alpha = 1.0;
+        matmul(&spec, &a, &b, None, &mut want, &|_| {});
+        for (i, v) in want.iter_mut().enumerate() {
+            *v *= alpha;
+            *v += beta * bias[bias_at(i)];
+            *v = if v.is_nan() || *v > 0.0 { *v } else { 0.0 };
+        }
+        spec.alpha = alpha;
+        spec.beta = beta;
+        spec.bias = Some(Operand {
+            offset: 3,
+            batch_stride: 0,
+            row_stride: if per_element { n } else { 0 },
+            col_stride: 1,
+            ..Operand::default()
+        });
+        let pk = if prepack { prepack_b(&spec, &b) } else { None };
+        assert_eq!(pk.is_some(), prepack, "{what}");
+        for threads in [1, 2] {
+            let mut got = vec![f32::NAN; len];
+            pool(threads).install(|| {
+                matmul_prepacked(
+                    &spec,
+                    &a,
+                    &b,
+                    pk.as_ref(),
+                    Some(&bias),
+                    &mut got,
+                    true,
+                    &|_| {},
+                )
+            });
+            for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "{what} (bias per element: {per_element}), {threads} threads, element {j}"
+                );
+            }
         }
     }
 }

@@ -781,11 +781,13 @@ fn run_kernel(
             } else {
                 None
             };
-            let (c, epi) = FusedEpilogue::new(epilogue.as_deref(), srcs, c, outs, in_place)?;
+            let (c, mut epi) = FusedEpilogue::new(epilogue.as_deref(), srcs, c, outs, in_place)?;
             let packed = match packed {
                 Some(Prepacked::MatmulB(b)) => Some(b),
                 _ => None,
             };
+            // A ReLU epilogue is applied by the GEMM as it stores each micro-tile.
+            let relu = spec.k > 0 && epi.take_relu();
             super::gemm::matmul_prepacked(
                 spec,
                 f32_src(srcs, 0)?,
@@ -793,6 +795,7 @@ fn run_kernel(
                 packed,
                 bias,
                 c,
+                relu,
                 &|t| epi.tile(t),
             );
             Ok(())

@@ -307,7 +307,7 @@ pub fn matmul(
     c: &mut [f32],
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
-    matmul_prepacked(spec, a, b, None, bias, c, epilogue)
+    matmul_prepacked(spec, a, b, None, bias, c, false, epilogue)
 }
 
 /// Packs the right operand of `spec` ahead of time (a constant weight), when every batch
@@ -329,11 +329,14 @@ pub fn prepack_b(spec: &MatmulSpec, b: &[f32]) -> Option<PackedB> {
     Some(unsafe { PackedB::new(&m, spec.k, spec.n) })
 }
 
-/// [`matmul`] with the right operand packed by [`prepack_b`] (then `b` is not read).
+/// [`matmul`] with the right operand packed by [`prepack_b`] (then `b` is not read), and with
+/// `relu`, `max(x, 0)` (NaN propagating), applied to `C` after the scale and bias and before
+/// the epilogue.
 ///
 /// # Panics
 /// If [`MatmulSpec::validate`] fails for these buffers, or `packed` is not `b` packed for
 /// this spec's shape.
+#[allow(clippy::too_many_arguments)] // the operands, their packing, the fused ReLU and the epilogue
 pub fn matmul_prepacked(
     spec: &MatmulSpec,
     a: &[f32],
@@ -341,6 +344,7 @@ pub fn matmul_prepacked(
     packed: Option<&PackedB>,
     bias: Option<&[f32]>,
     c: &mut [f32],
+    relu: bool,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
     if let Err(e) = spec.validate(a.len(), b.len(), bias.map(|x| x.len()), c.len()) {
@@ -408,6 +412,30 @@ pub fn matmul_prepacked(
             p.packed_b = pk.as_ptr();
         }
     }
+    // The scale, a bias per column and the ReLU go to the GEMM, which applies them to each
+    // micro-tile as it stores it (not with `k == 0`: nothing is computed to apply them to).
+    let column_bias = spec.bias.filter(|op| {
+        spec.beta != 0.0 && op.row_stride == 0 && op.col_stride == 1 && op.batch_shared()
+    });
+    let folded = k > 0;
+    // The ReLU comes after the bias: in the GEMM only if the bias is too.
+    let bias_in_gemm = folded && column_bias.is_some();
+    let bias_applies = spec.bias.is_some() && spec.beta != 0.0;
+    let relu_in_gemm = relu && folded && (bias_in_gemm || !bias_applies);
+    if folded {
+        let post = sgemm::ColPost {
+            alpha: spec.alpha,
+            bias: match (column_bias, bias) {
+                (Some(op), Some(x)) => x.as_ptr().wrapping_add(op.offset),
+                _ => std::ptr::null(),
+            },
+            beta: spec.beta,
+            relu: relu_in_gemm,
+        };
+        for p in &mut problems {
+            p.post = post;
+        }
+    }
     let single = problems.len() == 1;
     let bias = bias.map(|x| (spec.bias.expect("validated"), x));
     let cp = SendPtr(cptr);
@@ -420,13 +448,17 @@ pub fn matmul_prepacked(
         for r in rows {
             let (bi, i) = (r / m, r % m);
             let seg = tile.row(r);
-            if spec.alpha != 1.0 {
+            if spec.alpha != 1.0 && !folded {
                 seg.iter_mut().for_each(|v| *v *= spec.alpha);
             }
             if let Some((op, bv)) = bias {
-                if spec.beta != 0.0 {
+                if spec.beta != 0.0 && !bias_in_gemm {
                     add_bias(seg, bi, i, cols.start, &op, bv, spec.beta);
                 }
+            }
+            if relu && !relu_in_gemm {
+                seg.iter_mut()
+                    .for_each(|v| *v = super::math::max_nan(*v, 0.0));
             }
         }
         epilogue(&mut tile);

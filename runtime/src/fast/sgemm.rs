@@ -108,6 +108,74 @@ pub struct Problem {
     pub packed_b: *const f32,
     /// `A` already packed by [`PackedA`] for this CPU and `m` (then `a` is not read), or null.
     pub packed_a: *const f32,
+    /// Applied to each tile of `C` right after its last panel of `k`, while it is in L1.
+    pub post: ColPost,
+}
+
+/// What a product applies to each element of `C` after its last panel of `k`, in this order:
+/// `x * alpha`, then `+ beta * bias[j]` (a bias per column `j`), then `max(x, 0)` (NaN
+/// propagating) — the same operations, in the same order, as applying them to the finished
+/// product, so the results are the same bits.
+#[derive(Clone, Copy, Debug)]
+pub struct ColPost {
+    /// Scale of the product (1: none).
+    pub alpha: f32,
+    /// Element `j` is column `j`'s bias (null: none).
+    pub bias: *const f32,
+    /// Scale of the bias.
+    pub beta: f32,
+    /// Whether a ReLU follows.
+    pub relu: bool,
+}
+
+impl ColPost {
+    /// Nothing to apply.
+    pub const NONE: ColPost = ColPost {
+        alpha: 1.0,
+        bias: std::ptr::null(),
+        beta: 1.0,
+        relu: false,
+    };
+
+    /// Whether there is nothing to apply.
+    pub fn is_none(&self) -> bool {
+        self.alpha == 1.0 && self.bias.is_null() && !self.relu
+    }
+}
+
+/// Applies `post` to rows `0..rows`, columns `0..cols` of the tile at `c` (row stride `ldc`),
+/// whose first column is column `j0` of the product.
+///
+/// # Safety
+/// The tile must be writable; a bias must hold `j0 + cols` elements.
+unsafe fn apply_post(c: *mut f32, ldc: usize, rows: usize, cols: usize, post: &ColPost, j0: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if arch().name == "avx512" {
+        x86::apply_post16(c, ldc, rows, cols, post, j0);
+        return;
+    }
+    let bias = |j: usize| {
+        let s = *post.bias.add(j0 + j);
+        if post.beta == 1.0 {
+            s
+        } else {
+            post.beta * s
+        }
+    };
+    for i in 0..rows {
+        let row = std::slice::from_raw_parts_mut(c.add(i * ldc), cols);
+        for (j, v) in row.iter_mut().enumerate() {
+            if post.alpha != 1.0 {
+                *v *= post.alpha;
+            }
+            if !post.bias.is_null() {
+                *v += bias(j);
+            }
+            if post.relu {
+                *v = super::math::max_nan(*v, 0.0);
+            }
+        }
+    }
 }
 
 impl Problem {
@@ -123,6 +191,7 @@ impl Problem {
             ldc,
             packed_b: std::ptr::null(),
             packed_a: std::ptr::null(),
+            post: ColPost::NONE,
         }
     }
 }
@@ -539,6 +608,52 @@ mod x86 {
     unsafe fn relu16(x: __m512) -> __m512 {
         let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
         _mm512_mask_mov_ps(_mm512_max_ps(x, _mm512_setzero_ps()), nan, x)
+    }
+
+    /// [`super::apply_post`] 16 columns at a time.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn apply_post16(
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        post: &super::ColPost,
+        j0: usize,
+    ) {
+        let alpha = _mm512_set1_ps(post.alpha);
+        let beta = _mm512_set1_ps(post.beta);
+        for jb in (0..cols).step_by(16) {
+            let w = (cols - jb).min(16);
+            let k: __mmask16 = if w == 16 {
+                0xffff
+            } else {
+                ((1u32 << w) - 1) as __mmask16
+            };
+            let bias = if post.bias.is_null() {
+                _mm512_setzero_ps()
+            } else {
+                let s = _mm512_maskz_loadu_ps(k, post.bias.add(j0 + jb));
+                if post.beta == 1.0 {
+                    s
+                } else {
+                    _mm512_mul_ps(beta, s)
+                }
+            };
+            for i in 0..rows {
+                let p = c.add(i * ldc + jb);
+                let mut v = _mm512_maskz_loadu_ps(k, p);
+                if post.alpha != 1.0 {
+                    v = _mm512_mul_ps(v, alpha);
+                }
+                if !post.bias.is_null() {
+                    v = _mm512_add_ps(v, bias);
+                }
+                if post.relu {
+                    v = relu16(v);
+                }
+                _mm512_mask_storeu_ps(p, k, v);
+            }
+        }
     }
 
     avx512_indirect!(kernel_12x32_indirect, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
@@ -1076,11 +1191,14 @@ unsafe fn block(
     accumulate: bool,
     b_outer: bool,
     next: &[f32],
+    last: bool,
 ) {
     let (mr, nr) = (arch.mr, arch.nr);
     let (ta, tb) = (mc.div_ceil(mr), nc.div_ceil(nr));
+    let post = last && !p.post.is_none();
     let tile = |qi: usize, qj: usize, pf: (*const f32, usize)| {
         let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
+        let (rows, cols) = (mr.min(mc - qi * mr), nr.min(nc - qj * nr));
         (arch.kernel)(
             kc,
             pa.as_ptr().add(qi * mr * kc),
@@ -1088,10 +1206,13 @@ unsafe fn block(
             c,
             p.ldc,
             accumulate,
-            mr.min(mc - qi * mr),
-            nr.min(nc - qj * nr),
+            rows,
+            cols,
             pf,
         );
+        if post {
+            apply_post(c, p.ldc, rows, cols, &p.post, c0 + qj * nr);
+        }
     };
     if b_outer {
         for qj in 0..tb {
@@ -1234,7 +1355,20 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
                 } else {
                     &[]
                 };
-                block(arch, p, pa, pb, (r0, mc), (c0, nc), kc, p0 > 0, true, next);
+                let last = p0 + kc == p.k;
+                block(
+                    arch,
+                    p,
+                    pa,
+                    pb,
+                    (r0, mc),
+                    (c0, nc),
+                    kc,
+                    p0 > 0,
+                    true,
+                    next,
+                    last,
+                );
             }
         });
         finish(i, r0..r0 + mc, c0..c0 + nc);
@@ -1376,6 +1510,7 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
                         p0 > 0,
                         false,
                         &[],
+                        last,
                     );
                 });
                 if last {
@@ -1445,7 +1580,19 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
                     std::slice::from_raw_parts(p.packed_b.add(p0 * np + c0 * kc), pb_len)
                 };
                 let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
-                block(arch, p, pa, pb, (r0, mc), (c0, nc), kc, p0 > 0, false, &[]);
+                block(
+                    arch,
+                    p,
+                    pa,
+                    pb,
+                    (r0, mc),
+                    (c0, nc),
+                    kc,
+                    p0 > 0,
+                    false,
+                    &[],
+                    p0 + kc == k,
+                );
             }
         }
     });
