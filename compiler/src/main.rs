@@ -361,6 +361,7 @@ fn bench(
         "compile_ms": compile_ms,
         "run_ms_median": times[times.len() / 2],
         "run_ms_min": times[0],
+        "times_ms": times,
         "iters": times.len(),
         "threads": ex.threads(),
         "steps": steps,

@@ -16,7 +16,9 @@ Workloads (f32, inference, ``torch.no_grad``):
 Peers, per workload: PyTorch eager; ``torch.compile(backend="inductor")`` (first-call compile
 time and steady state, with a fresh Inductor cache per run); XLA on CPU running the StableHLO
 that ``fxhlo lower`` emits (through jax, in a worker process); fxhlo's fast runtime through
-``fxhlo bench`` and ``fxhlo check``.  Machine peaks (copy bandwidth, 4096^3 sgemm) are measured in
+``fxhlo bench`` and ``fxhlo check``.  The timed calls come in rounds (``--rounds``, default 4)
+in which the peers take turns in a rotating order, so that a slow or fast stretch of a shared
+machine falls on every peer alike.  Machine peaks (copy bandwidth, 4096^3 sgemm) are measured in
 the same run.  Every peer can fail on its own: its cell then reads ``error: <reason>`` and the
 run goes on.  See docs/benchmarks.md for how to read the table.
 """
@@ -337,10 +339,11 @@ def tail_reason(r: subprocess.CompletedProcess) -> str:
 
 # ------------------------------------------------------------------------------- peers
 
-def peer_eager(model, inputs, iters, warmup) -> Dict[str, Any]:
+def torch_times(fn, inputs, iters, warmup) -> List[float]:
+    """Times ``fn(*inputs)`` (eager or compiled) without autograd."""
     import torch
     with torch.no_grad():
-        return summary(time_calls(lambda: model(*inputs), iters, warmup))
+        return time_calls(lambda: fn(*inputs), iters, warmup)
 
 
 def _max_abs_diff(a, b) -> Optional[float]:
@@ -352,8 +355,9 @@ def _max_abs_diff(a, b) -> Optional[float]:
     return None
 
 
-def peer_inductor(model, inputs, iters, warmup, eager_ms: Optional[float],
-                  freezing: bool) -> Dict[str, Any]:
+def prepare_inductor(model, inputs, freezing: bool):
+    """Compiles ``model`` with Inductor (the first call, timed); returns the compiled callable
+    and what the first call showed."""
     import torch
     import torch._dynamo
     torch._dynamo.reset()
@@ -366,19 +370,22 @@ def peer_inductor(model, inputs, iters, warmup, eager_ms: Optional[float],
         t0 = time.perf_counter()
         out = compiled(*inputs)
         first_ms = (time.perf_counter() - t0) * 1e3
-        res = summary(time_calls(lambda: compiled(*inputs), iters, warmup))
-    res["first_call_ms"] = first_ms
-    res["compile_ms"] = first_ms - eager_ms if eager_ms is not None else first_ms
-    res["compile_note"] = ("first call minus eager median" if eager_ms is not None
-                           else "first call (eager not measured)")
-    res["max_abs_diff_vs_eager"] = _max_abs_diff(out, ref)
-    del compiled
-    torch._dynamo.reset()
-    return res
+    info = {"first_call_ms": first_ms, "max_abs_diff_vs_eager": _max_abs_diff(out, ref)}
+    return compiled, info
 
 
-def peer_fxhlo(exe: str, folder: str, iters: int, warmup: int, threads: int,
-               timeout: float) -> Dict[str, Any]:
+def inductor_compile_ms(info: Dict[str, Any], eager_ms: Optional[float]) -> None:
+    """Inductor's compile time: its first call minus eager's median (or the first call)."""
+    first_ms = info["first_call_ms"]
+    info["compile_ms"] = first_ms - eager_ms if eager_ms is not None else first_ms
+    info["compile_note"] = ("first call minus eager median" if eager_ms is not None
+                            else "first call (eager not measured)")
+
+
+def fxhlo_check(exe: str, folder: str, iters: int, warmup: int, threads: int,
+                timeout: float) -> Dict[str, Any]:
+    """``fxhlo check`` once: correctness, and how many timed runs fit in the timeout
+    (``iters`` of the result)."""
     res: Dict[str, Any] = {}
     # correctness once (also tells how long one run takes, to keep `bench` inside the timeout)
     t0 = time.perf_counter()
@@ -400,7 +407,14 @@ def peer_fxhlo(exe: str, folder: str, iters: int, warmup: int, threads: int,
         n = max(1, int(0.8 * timeout / max(check_s, 1e-9)) - warmup)
         n = min(n, iters)
         res["iters_reduced_from"] = iters
-    r = run_cmd([exe, "bench", folder, "--iters", str(n), "--warmup", str(warmup),
+    res["iters"] = n
+    return res
+
+
+def fxhlo_times(exe: str, folder: str, iters: int, warmup: int, threads: int,
+                timeout: float) -> Dict[str, Any]:
+    """One ``fxhlo bench`` process: its JSON line (``times_ms``: the timed runs, sorted)."""
+    r = run_cmd([exe, "bench", folder, "--iters", str(iters), "--warmup", str(warmup),
                  "--threads", str(threads)], timeout)
     if r.returncode != 0:
         raise PeerError(f"fxhlo bench: {tail_reason(r)}")
@@ -408,22 +422,25 @@ def peer_fxhlo(exe: str, folder: str, iters: int, warmup: int, threads: int,
     if line is None:
         raise PeerError("fxhlo bench printed no JSON line")
     data = json.loads(line)
-    res.update(data)
-    return res
+    if not data.get("times_ms"):
+        raise PeerError("fxhlo bench printed no times_ms (an older binary?)")
+    return data
 
 
-def peer_xla(folder: str, exe: str, iters: int, warmup: int, timeout: float) -> Dict[str, Any]:
-    """XLA in a worker process (an XLA abort cannot take the whole run down)."""
-    with tempfile.TemporaryDirectory(prefix="fxhlo-bench-xla-") as tmp:
-        mlir = os.path.join(tmp, "model.mlir")
-        t0 = time.perf_counter()
-        r = run_cmd([exe, "lower", folder, "-o", mlir], timeout)
-        lower_ms = (time.perf_counter() - t0) * 1e3
-        if r.returncode != 0:
-            raise PeerError(f"fxhlo lower: {tail_reason(r)}")
-        res = _worker(["xla", folder, mlir, str(iters), str(warmup)], timeout)
-        res["lower_ms"] = lower_ms
-        return res
+def xla_lower(folder: str, exe: str, mlir: str, timeout: float) -> Dict[str, Any]:
+    """fxhlo's StableHLO for XLA, written to ``mlir``."""
+    t0 = time.perf_counter()
+    r = run_cmd([exe, "lower", folder, "-o", mlir], timeout)
+    lower_ms = (time.perf_counter() - t0) * 1e3
+    if r.returncode != 0:
+        raise PeerError(f"fxhlo lower: {tail_reason(r)}")
+    return {"lower_ms": lower_ms}
+
+
+def xla_times(folder: str, mlir: str, iters: int, warmup: int, timeout: float) -> Dict[str, Any]:
+    """XLA in a worker process (an XLA abort cannot take the whole run down): compiles
+    ``mlir``, checks the outputs, times ``iters`` calls (``times_ms``)."""
+    return _worker(["xla", folder, mlir, str(iters), str(warmup)], timeout)
 
 
 def _worker(args: List[str], timeout: float) -> Dict[str, Any]:
@@ -586,7 +603,17 @@ def measure_peaks(quick: bool, timeout: float, with_xla: bool) -> Dict[str, Any]
 
 # ------------------------------------------------------------------------------- one workload
 
+def round_sizes(iters: int, rounds: int) -> List[int]:
+    """``iters`` timed calls split into at most ``rounds`` rounds (sizes differ by one at most)."""
+    r = max(1, min(rounds, iters))
+    return [iters // r + (1 if k < iters % r else 0) for k in range(r)]
+
+
 def run_workload(w: Workload, args, exe: Optional[str], status: Dict[str, Any]) -> Dict[str, Any]:
+    """One workload on every peer: first what each peer needs (Inductor's compile, the dump,
+    fxhlo's check, the StableHLO for XLA), then the timed calls in rounds in which the peers
+    take turns, in an order that rotates, so that a slow or fast stretch of a shared machine
+    falls on all of them alike."""
     import torch
     rec: Dict[str, Any] = {"key": w.key, "title": w.title, "metric": w.metric, "work": w.work,
                            "peers": {}}
@@ -606,36 +633,44 @@ def run_workload(w: Workload, args, exe: Optional[str], status: Dict[str, Any]) 
         except Exception as e:
             rec["work_error"] = short_error(e)
 
-    def attempt(name, fn):
-        log(f"{w.key}: {name} ...")
+    # Per peer: what its preparation found, and a function timing `n` calls.
+    info: Dict[str, Dict[str, Any]] = {}
+    timers: Dict[str, Callable[[int], Dict[str, Any]]] = {}
+    wall: Dict[str, float] = {}
+
+    def prepare(name, fn) -> Optional[Any]:
+        log(f"{w.key}: {name}: preparing ...")
         t0 = time.perf_counter()
         try:
-            peers[name] = fn()
+            return fn()
         except Exception as e:
             peers[name] = {"error": short_error(e)}
-        peers[name]["wall_s"] = time.perf_counter() - t0
-        p = peers[name]
-        log(f"{w.key}: {name}: " + (p["error"] if "error" in p else
-                                    f"{p['run_ms_median']:.3f} ms"))
+            log(f"{w.key}: {name}: {peers[name]['error']}")
+            return None
+        finally:
+            wall[name] = time.perf_counter() - t0
 
     if "eager" in args.peers:
-        attempt("eager", lambda: peer_eager(model, inputs, args.iters, args.warmup))
-    eager_ms = peers.get("eager", {}).get("run_ms_median")
+        info["eager"] = {}
+        timers["eager"] = lambda n: {"times_ms": torch_times(model, inputs, n, args.warmup)}
     if "inductor" in args.peers:
-        attempt("inductor", lambda: peer_inductor(model, inputs, args.iters, args.warmup,
-                                                  eager_ms, args.inductor_freezing))
+        got = prepare("inductor", lambda: prepare_inductor(model, inputs,
+                                                           args.inductor_freezing))
+        if got is not None:
+            compiled, info["inductor"] = got
+            timers["inductor"] = lambda n: {"times_ms": torch_times(compiled, inputs, n,
+                                                                    args.warmup)}
     gc.collect()
 
     need_dump = [p for p in ("xla", "fxhlo") if p in args.peers]
-    if need_dump:
-        tmp = None
-        if args.keep_dumps:
-            folder = os.path.join(args.keep_dumps, w.key)
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            tmp = tempfile.mkdtemp(prefix=f"fxhlo-bench-{w.key}-")
-            folder = os.path.join(tmp, w.key)
-        try:
+    tmp = tempfile.mkdtemp(prefix=f"fxhlo-bench-{w.key}-")
+    try:
+        if need_dump:
+            if args.keep_dumps:
+                folder = os.path.join(args.keep_dumps, w.key)
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                folder = os.path.join(tmp, w.key)
             from . import dump as fdump
             t0 = time.perf_counter()
             try:
@@ -646,7 +681,6 @@ def run_workload(w: Workload, args, exe: Optional[str], status: Dict[str, Any]) 
             except Exception as e:
                 dump_err = f"dump: {short_error(e)}"
                 log(f"{w.key}: {dump_err}")
-            del model, inputs
             gc.collect()
             for p in need_dump:
                 if dump_err:
@@ -655,16 +689,69 @@ def run_workload(w: Workload, args, exe: Optional[str], status: Dict[str, Any]) 
                     peers[p] = {"error": "no fxhlo binary (FXHLO_BIN, target/release/fxhlo, "
                                          "PATH)"}
                 elif p == "xla":
-                    attempt("xla", lambda: peer_xla(folder, exe, args.iters, args.warmup,
-                                                    args.timeout))
+                    mlir = os.path.join(tmp, "model.mlir")
+                    got = prepare("xla", lambda: xla_lower(folder, exe, mlir, args.timeout))
+                    if got is not None:
+                        info["xla"] = got
+                        timers["xla"] = lambda n: xla_times(folder, mlir, n, args.warmup,
+                                                            args.timeout)
                 elif not status.get("has_bench", True):
                     peers[p] = {"error": f"{exe} has no 'bench' verb"}
                 else:
-                    attempt("fxhlo", lambda: peer_fxhlo(exe, folder, args.iters, args.warmup,
-                                                        args.threads, args.timeout))
-        finally:
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
+                    got = prepare("fxhlo", lambda: fxhlo_check(exe, folder, args.iters,
+                                                               args.warmup, args.threads,
+                                                               args.timeout))
+                    if got is not None:
+                        info["fxhlo"] = got
+                        timers["fxhlo"] = lambda n: fxhlo_times(exe, folder, n, args.warmup,
+                                                                args.threads, args.timeout)
+
+        # The timed calls, in rounds.
+        order = [p for p in PEERS if p in timers]
+        times: Dict[str, List[float]] = {p: [] for p in order}
+        first: Dict[str, Dict[str, Any]] = {}
+        sizes = round_sizes(args.iters, args.rounds)
+        for r, n in enumerate(sizes):
+            k = r % max(1, len(order))
+            for p in order[k:] + order[:k]:
+                if p not in timers:
+                    continue
+                if p == "fxhlo":
+                    # A slow program runs fewer times (see fxhlo_check), spread the same way.
+                    few = round_sizes(info["fxhlo"]["iters"], len(sizes))
+                    n_p = few[r] if r < len(few) else 0
+                else:
+                    n_p = n
+                if n_p == 0:
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    out = timers[p](n_p)
+                except Exception as e:
+                    peers[p] = {"error": short_error(e)}
+                    del timers[p]
+                    log(f"{w.key}: {p}: {peers[p]['error']}")
+                    continue
+                finally:
+                    wall[p] = wall.get(p, 0.0) + time.perf_counter() - t0
+                times[p] += out.pop("times_ms")
+                first.setdefault(p, out)
+        for p in order:
+            if p not in timers or not times[p]:
+                continue
+            res = dict(first.get(p, {}))
+            res.update(info.get(p, {}))
+            res.update(summary(times[p]))
+            res["rounds"] = len(sizes)
+            res["wall_s"] = wall.get(p, 0.0)
+            peers[p] = res
+            log(f"{w.key}: {p}: {res['run_ms_median']:.3f} ms (median of {len(times[p])} "
+                f"calls in {len(sizes)} rounds)")
+        ind = peers.get("inductor")
+        if ind and "error" not in ind:
+            inductor_compile_ms(ind, peers.get("eager", {}).get("run_ms_median"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     derive(rec)
     return rec
 
@@ -869,8 +956,10 @@ def report(result: Dict[str, Any]) -> str:
         f"- sgemm {n}x{n}x{n} f32: {sg:.1f} GFLOP/s (best of: {peak_line('sgemm', 'GFLOP/s', 'gflops')})"
         if sg else f"- sgemm not measured ({peak_line('sgemm', 'GFLOP/s', 'gflops')})",
         f"- threads: {result['threads']} for every peer ({result['thread_settings']})",
-        f"- timing: median of {result['iters']} timed calls after {result['warmup']} warmup "
-        f"calls, per peer; ratios are peer ms / fxhlo ms (> 1: fxhlo faster)",
+        f"- timing: median of {result['iters']} timed calls per peer, in "
+        f"{len(round_sizes(result['iters'], result.get('rounds', 1)))} rounds in which the peers "
+        f"take turns (rotating order), {result['warmup']} warmup calls before each round; "
+        f"ratios are peer ms / fxhlo ms (> 1: fxhlo faster)",
         f"- versions: {result['versions_line']}",
         f"- machine: {result['machine']['cpu']}, {result['machine']['cores']} cores visible, "
         f"load average {result['machine']['load_start']} at start, "
@@ -998,7 +1087,11 @@ def parse_args(argv):
     p.add_argument("--peers", default=",".join(PEERS),
                    help=f"comma-separated peers to run (default: {','.join(PEERS)})")
     p.add_argument("--iters", type=int, help="timed calls per peer (default 20; --quick 2)")
-    p.add_argument("--warmup", type=int, help="untimed calls first (default 3; --quick 1)")
+    p.add_argument("--warmup", type=int,
+                   help="untimed calls before each round of timed calls (default 3; --quick 1)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="rounds the timed calls are split into, the peers taking turns in a "
+                        "rotating order (default 4)")
     try:
         ncpu = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -1031,6 +1124,8 @@ def parse_args(argv):
         a.warmup = 1 if a.quick else 3
     if a.threads < 1:
         p.error("--threads must be >= 1")
+    if a.rounds < 1:
+        p.error("--rounds must be >= 1")
     a.peers = [x.strip() for x in a.peers.split(",") if x.strip()]
     bad = [x for x in a.peers if x not in PEERS]
     if bad:
@@ -1067,7 +1162,8 @@ def main(argv=None) -> int:
     result: Dict[str, Any] = {
         "command": command.strip(), "argv": argv, "quick": args.quick,
         "threads": args.threads, "thread_settings": thread_settings,
-        "iters": args.iters, "warmup": args.warmup, "peers": args.peers,
+        "iters": args.iters, "warmup": args.warmup, "rounds": args.rounds,
+        "peers": args.peers,
         "versions": vers, "versions_line": vline,
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "load_start": load_start,
                     "platform": platform.platform()},
