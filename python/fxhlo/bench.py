@@ -711,18 +711,17 @@ def run_workload(w: Workload, args, exe: Optional[str], status: Dict[str, Any]) 
         times: Dict[str, List[float]] = {p: [] for p in order}
         first: Dict[str, Dict[str, Any]] = {}
         sizes = round_sizes(args.iters, args.rounds)
-        for r, n in enumerate(sizes):
+        # Calls per round and peer; a slow fxhlo program runs fewer times (see fxhlo_check),
+        # spread over the same rounds.
+        per_round = {p: sizes for p in order}
+        if "fxhlo" in per_round:
+            few = round_sizes(info["fxhlo"]["iters"], len(sizes))
+            per_round["fxhlo"] = few + [0] * (len(sizes) - len(few))
+        for r in range(len(sizes)):
             k = r % max(1, len(order))
             for p in order[k:] + order[:k]:
-                if p not in timers:
-                    continue
-                if p == "fxhlo":
-                    # A slow program runs fewer times (see fxhlo_check), spread the same way.
-                    few = round_sizes(info["fxhlo"]["iters"], len(sizes))
-                    n_p = few[r] if r < len(few) else 0
-                else:
-                    n_p = n
-                if n_p == 0:
+                n_p = per_round[p][r]
+                if p not in timers or n_p == 0:
                     continue
                 t0 = time.perf_counter()
                 try:

@@ -1175,10 +1175,27 @@ unsafe fn pack_b_panel(
     }
 }
 
+/// Columns `c0..c0 + nc` of the panel of `k` rows `p0..p0 + kc` of `p`'s pre-packed `B`
+/// (see [`PackedB`]), as packed for micro-panels of `nr` columns.
+///
+/// # Safety
+/// `p.packed_b` must be `B` packed for `p.k x p.n`, and the ranges inside it.
+unsafe fn prepacked_block<'a>(
+    p: &Problem,
+    nr: usize,
+    (p0, kc): (usize, usize),
+    (c0, nc): (usize, usize),
+) -> &'a [f32] {
+    let np = p.n.next_multiple_of(nr);
+    std::slice::from_raw_parts(p.packed_b.add(p0 * np + c0 * kc), nc.div_ceil(nr) * nr * kc)
+}
+
 /// The micro-tiles of one block: `C[r0.., c0..]` (`mc x nc`) `(+)=` packed A (`mc` rows) @
-/// packed B (`nc` columns), `kc` deep. `b_outer` swaps the loops: each micro-panel of B
-/// (streamed once from memory) then meets every micro-panel of A (which stay in L2); else
-/// each micro-panel of A stays in L1 while the micro-panels of B stream from L2.
+/// packed B (`nc` columns), over the panel of `k` `p0..p0 + kc` (added to `C` after the
+/// first; `p.post` applied after the last). `b_outer` swaps the loops: each micro-panel of B
+/// (streamed once from memory) then meets every micro-panel of A (which stay in L2), while
+/// the next one (from `next` after the last) is asked into L2; else each micro-panel of A
+/// stays in L1 while the micro-panels of B stream from L2.
 #[allow(clippy::too_many_arguments)]
 unsafe fn block(
     arch: &Arch,
@@ -1187,15 +1204,15 @@ unsafe fn block(
     pb: &[f32],
     (r0, mc): (usize, usize),
     (c0, nc): (usize, usize),
-    kc: usize,
-    accumulate: bool,
+    (p0, kc): (usize, usize),
     b_outer: bool,
     next: &[f32],
-    last: bool,
 ) {
     let (mr, nr) = (arch.mr, arch.nr);
     let (ta, tb) = (mc.div_ceil(mr), nc.div_ceil(nr));
-    let post = last && !p.post.is_none();
+    // Earlier panels of `k` were stored: add to them; after the last, the post-processing.
+    let accumulate = p0 > 0;
+    let post = p0 + kc == p.k && !p.post.is_none();
     let tile = |qi: usize, qj: usize, pf: (*const f32, usize)| {
         let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
         let (rows, cols) = (mr.min(mc - qi * mr), nr.min(nc - qj * nr));
@@ -1330,7 +1347,6 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
     let problems = &problems[..];
     tasks.par_iter().for_each(|&(i, r0, mc, c0, nc)| {
         let p = &problems[i];
-        let np = p.n.next_multiple_of(nr);
         if p.k == 0 {
             for r in r0..r0 + mc {
                 std::slice::from_raw_parts_mut(p.c.add(r * p.ldc + c0), nc).fill(0.0);
@@ -1342,33 +1358,13 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
             for p0 in (0..p.k).step_by(kb) {
                 let kc = kb.min(p.k - p0);
                 let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
-                let pb = std::slice::from_raw_parts(
-                    p.packed_b.add(p0 * np + c0 * kc),
-                    nc.div_ceil(nr) * nr * kc,
-                );
+                let pb = prepacked_block(p, nr, (p0, kc), (c0, nc));
                 let next = if p0 + kc < p.k {
-                    let kc2 = kb.min(p.k - p0 - kc);
-                    std::slice::from_raw_parts(
-                        p.packed_b.add((p0 + kc) * np + c0 * kc2),
-                        nc.div_ceil(nr) * nr * kc2,
-                    )
+                    prepacked_block(p, nr, (p0 + kc, kb.min(p.k - p0 - kc)), (c0, nc))
                 } else {
                     &[]
                 };
-                let last = p0 + kc == p.k;
-                block(
-                    arch,
-                    p,
-                    pa,
-                    pb,
-                    (r0, mc),
-                    (c0, nc),
-                    kc,
-                    p0 > 0,
-                    true,
-                    next,
-                    last,
-                );
+                block(arch, p, pa, pb, (r0, mc), (c0, nc), (p0, kc), true, next);
             }
         });
         finish(i, r0..r0 + mc, c0..c0 + nc);
@@ -1506,11 +1502,9 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
                         pbs,
                         (r0, mc),
                         (c0 + cc, ncs),
-                        kc,
-                        p0 > 0,
+                        (p0, kc),
                         false,
                         &[],
-                        last,
                     );
                 });
                 if last {
@@ -1570,29 +1564,15 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
             let nc = ncb.min(n - c0);
             for p0 in (0..k).step_by(kb) {
                 let kc = kb.min(k - p0);
-                let pb_len = nc.div_ceil(nr) * nr * kc;
                 let pb: &[f32] = if p.packed_b.is_null() {
-                    let pb = aligned(&mut s.b, pb_len);
+                    let pb = aligned(&mut s.b, nc.div_ceil(nr) * nr * kc);
                     pack_b(&p.b, p0, kc, c0, nc, nr, pb);
                     pb
                 } else {
-                    let np = n.next_multiple_of(nr);
-                    std::slice::from_raw_parts(p.packed_b.add(p0 * np + c0 * kc), pb_len)
+                    prepacked_block(p, nr, (p0, kc), (c0, nc))
                 };
                 let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
-                block(
-                    arch,
-                    p,
-                    pa,
-                    pb,
-                    (r0, mc),
-                    (c0, nc),
-                    kc,
-                    p0 > 0,
-                    false,
-                    &[],
-                    p0 + kc == k,
-                );
+                block(arch, p, pa, pb, (r0, mc), (c0, nc), (p0, kc), false, &[]);
             }
         }
     });
