@@ -497,14 +497,15 @@ fn softmax_rows(x: &[f32], rows: usize, len: usize, op: ReduceOp) -> Vec<f32> {
     out
 }
 
-/// Outputs of 8M elements and more are written with non-temporal stores: the same bits as the
-/// cached stores of a small output, for the rows the two share; a fully masked row (all
-/// `-inf`) gives zeros in a safe softmax and NaN in a plain one.
+/// A softmax gives the same bits for a row whatever the number of rows around it (row blocks
+/// and threads), matches an `f64` softmax, gives a fully masked row (all `-inf`) zeros when
+/// safe and NaN when plain, and a row with one NaN all NaN.
 #[test]
-fn large_softmax_outputs_stream_the_same_bits() {
+fn softmax_rows_agree_across_sizes_and_propagate_masks_and_nan() {
     let (rows, len) = (8192usize, 1024usize);
     let mut x = rand_vec(rows * len, 7);
     x[3 * len..4 * len].fill(f32::NEG_INFINITY);
+    x[5 * len + 700] = f32::NAN;
     for op in [ReduceOp::Softmax, ReduceOp::SafeSoftmax] {
         let big = softmax_rows(&x, rows, len, op);
         let small = softmax_rows(&x[..40 * len], 40, len, op);
@@ -521,7 +522,69 @@ fn large_softmax_outputs_stream_the_same_bits() {
         } else {
             assert!(masked.iter().all(|v| v.is_nan()));
         }
+        assert!(big[5 * len..6 * len].iter().all(|v| v.is_nan()), "{op:?}");
+        for r in [0, 1, 4, 6, rows - 1] {
+            let row = &x[r * len..(r + 1) * len];
+            let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+            let e: Vec<f64> = row.iter().map(|&v| (v as f64 - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            for (j, (&got, &want)) in big[r * len..(r + 1) * len].iter().zip(&e).enumerate() {
+                let want = want / s;
+                assert!(
+                    (got as f64 - want).abs() <= 1e-6 * want + 1e-12,
+                    "{op:?} row {r} [{j}]: {got} vs {want}"
+                );
+            }
+        }
         let row: f64 = big[..len].iter().map(|&v| v as f64).sum();
         assert!((row - 1.0).abs() < 1e-5, "{op:?}: row 0 sums to {row}");
+    }
+}
+
+/// Row maxima and minima match a scalar fold, over rows long and short (lanes left over), with
+/// `-inf` and `inf` present, and are NaN for a row holding a NaN anywhere (first, last or in
+/// the leftover lanes).
+#[test]
+fn row_max_and_min_match_a_fold_and_propagate_nan() {
+    for len in [1usize, 5, 16, 37, 1024] {
+        let rows = 6;
+        let mut x = rand_vec(rows * len, len as u64);
+        x[0] = f32::NEG_INFINITY;
+        x[len - 1] = f32::INFINITY;
+        x[len] = f32::NAN;
+        x[3 * len - 1] = f32::NAN;
+        x[4 * len + len / 2] = f32::NAN;
+        for op in [ReduceOp::Max, ReduceOp::Min] {
+            let mut b = ExprBuilder::new(&[rows, len]);
+            let xv = b.leaf(slot(0, 0, vec![len as i64, 1]));
+            let k = RowReduce {
+                rows,
+                stages: vec![RowStage {
+                    op,
+                    len,
+                    prologue: b.finish(&[xv]),
+                    weight: None,
+                    bias: None,
+                    outputs: vec![RowOut::Result(0)],
+                }],
+            };
+            let mut out = vec![0f32; rows];
+            run_row_reduce(&k, &[Src::F32(&x)], &mut [Dst::F32(&mut out)]).unwrap();
+            for r in 0..rows {
+                let row = &x[r * len..(r + 1) * len];
+                let want = if row.iter().any(|v| v.is_nan()) {
+                    f32::NAN
+                } else if op == ReduceOp::Max {
+                    row.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+                } else {
+                    row.iter().copied().fold(f32::INFINITY, f32::min)
+                };
+                assert!(
+                    out[r] == want || (out[r].is_nan() && want.is_nan()),
+                    "{op:?} len {len} row {r}: {} vs {want}",
+                    out[r]
+                );
+            }
+        }
     }
 }

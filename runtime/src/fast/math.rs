@@ -60,7 +60,35 @@ fn pow2i(n: i32) -> f32 {
 /// and a two-step scale so that denormal results and overflow to `inf` come out right.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
-    exp_hilo(x, 0.0)
+    let xc = x.clamp(-104.0, 89.0);
+    // n = round(x log2(e)), rounded once from the exact product (the rounding constant is
+    // added in the same fused operation).
+    let t = fma(xc, LOG2E, ROUND_MAGIC);
+    let n = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
+    let nf = t - ROUND_MAGIC;
+    let r = fma(-nf, LN2_LO, fma(-nf, LN2_HI, xc));
+    scale_exp(exp_poly(r), n, x)
+}
+
+/// `e^r` for `|r| ≤ ln2/2`: 1 + r + r² (1/2 + r/6 + ... + r⁵/5040), the tail in independent
+/// pairs.
+#[inline(always)]
+fn exp_poly(r: f32) -> f32 {
+    let r2 = r * r;
+    let t01 = fma(r, 1.0 / 6.0, 0.5);
+    let t23 = fma(r, 1.0 / 120.0, 1.0 / 24.0);
+    let t45 = fma(r, 1.0 / 5040.0, 1.0 / 720.0);
+    let tail = fma(fma(t45, r2, t23), r2, t01);
+    fma(r, fma(r, tail, 1.0), 1.0)
+}
+
+/// `p * 2^n` for `n` in `[-150, 129]`, in two exact steps so that denormal results round once
+/// and overflow gives `inf`; NaN where `x` is NaN.
+#[inline(always)]
+fn scale_exp(p: f32, n: i32, x: f32) -> f32 {
+    let n1 = n >> 1;
+    let y = p * pow2i(n1) * pow2i(n.wrapping_sub(n1));
+    sel(x.is_nan(), x, y)
 }
 
 /// `e^(hi + lo)` for a small correction `lo` (an argument carried in two parts, so that the
@@ -76,16 +104,7 @@ fn exp_hilo(hi: f32, lo: f32) -> f32 {
     let hc = hi.clamp(-104.0, 89.0);
     let lc = sel(hi == hc, lo, 0.0);
     let r = fma(-nf, LN2_LO, fma(-nf, LN2_HI, hc) + lc);
-    // 1 + r + r² (1/2 + r/6 + ... + r⁵/5040), the tail in independent pairs.
-    let r2 = r * r;
-    let t01 = fma(r, 1.0 / 6.0, 0.5);
-    let t23 = fma(r, 1.0 / 120.0, 1.0 / 24.0);
-    let t45 = fma(r, 1.0 / 5040.0, 1.0 / 720.0);
-    let tail = fma(fma(t45, r2, t23), r2, t01);
-    let p = fma(r, fma(r, tail, 1.0), 1.0);
-    let n1 = n >> 1;
-    let y = p * pow2i(n1) * pow2i(n.wrapping_sub(n1));
-    sel(x.is_nan(), x, y)
+    scale_exp(exp_poly(r), n, x)
 }
 
 /// `e^x - 1`, accurate near zero (a degree-8 Taylor polynomial for `|x| < 0.35`).

@@ -420,19 +420,36 @@ fn sq_dev_f64(x: &[f32], m: f64) -> f64 {
     tree(&acc)
 }
 
+/// The NaN-propagating maximum (`max`) or minimum of a row (`0` for an empty row). Each lane
+/// keeps its extreme with one compare and select, and whether it saw a NaN apart from it, so
+/// a lane's chain of dependent operations is one select long; of two equal values (`0` and
+/// `-0`) the later is kept, as when [`math::max_nan`] is folded over the row.
 #[inline(always)]
-fn fold_f32(x: &[f32], f: fn(f32, f32) -> f32) -> f32 {
+fn extreme(x: &[f32], max: bool) -> f32 {
+    let pick = |a: f32, v: f32| {
+        if (max && a > v) || (!max && a < v) {
+            a
+        } else {
+            v
+        }
+    };
     let mut acc = [x.first().copied().unwrap_or(0.0); LANES];
+    let mut nan = [false; LANES];
     let mut it = x.chunks_exact(LANES);
     for c in &mut it {
         for k in 0..LANES {
-            acc[k] = f(acc[k], c[k]);
+            acc[k] = pick(acc[k], c[k]);
+            nan[k] |= c[k].is_nan();
         }
     }
     for (k, &v) in it.remainder().iter().enumerate() {
-        acc[k] = f(acc[k], v);
+        acc[k] = pick(acc[k], v);
+        nan[k] |= v.is_nan();
     }
-    acc.iter().copied().fold(acc[0], f)
+    if nan.iter().any(|&n| n) {
+        return f32::NAN;
+    }
+    acc.iter().copied().fold(acc[0], pick)
 }
 
 /// Layer norm's weight and bias of one stage, evaluated over a row.
@@ -660,9 +677,6 @@ fn run_block_body(
             })
             .flatten();
         let mut taken = into.and_then(|j| outs[j].take());
-        // A large output written straight from the rows: non-temporal stores (no read of
-        // the output's lines before they are overwritten).
-        let stream = taken.is_some() && k.rows.saturating_mul(per0) >= STREAM_ELEMS;
         let res0: &mut [f32] = match &mut taken {
             Some(Chunk::F(d)) => d,
             _ => {
@@ -672,7 +686,7 @@ fn run_block_body(
         };
         sr1.clear();
         sr2.clear();
-        reduce_rows(st, nb, wb[s], xin, res0, sr1, sr2, stream);
+        reduce_rows(st, nb, wb[s], xin, res0, sr1, sr2);
         let results: [&[f32]; 3] = [res0, sr1, sr2];
         let own = [
             (xin, len),
@@ -750,7 +764,6 @@ fn run_block_body(
             done += mine;
         }
     }
-    stream_fence();
     ROWS.with(|c| *c.borrow_mut() = scratch);
 }
 
@@ -766,11 +779,9 @@ fn reduce_rows(
     res0: &mut [f32],
     res1: &mut Vec<f32>,
     res2: &mut Vec<f32>,
-    stream: bool,
 ) {
     let len = st.len;
     let lf = len as f64;
-    let mut tmp = if stream { vec![0f32; len] } else { vec![] };
     for r in 0..rows {
         // The next row, from memory while this one is computed in cache.
         if r + 1 < rows {
@@ -780,8 +791,8 @@ fn reduce_rows(
         match st.op {
             ReduceOp::Sum => res0[r] = sum_f64(x) as f32,
             ReduceOp::Mean => res0[r] = (sum_f64(x) / lf) as f32,
-            ReduceOp::Max => res0[r] = fold_f32(x, math::max_nan),
-            ReduceOp::Min => res0[r] = fold_f32(x, math::min_nan),
+            ReduceOp::Max => res0[r] = extreme(x, true),
+            ReduceOp::Min => res0[r] = extreme(x, false),
             ReduceOp::Any => {
                 res0[r] = if x.iter().any(|&v| v != 0.0) {
                     1.0
@@ -794,18 +805,10 @@ fn reduce_rows(
                 res0[r] = (sq_dev_f64(x, m) / (lf - correction).max(0.0)) as f32;
             }
             ReduceOp::Softmax | ReduceOp::SafeSoftmax | ReduceOp::LogSoftmax => {
-                let m = fold_f32(x, math::max_nan);
+                let m = extreme(x, true);
                 let out = &mut res0[r * len..(r + 1) * len];
                 if st.op == ReduceOp::SafeSoftmax && m == f32::NEG_INFINITY {
                     out.fill(0.0);
-                    continue;
-                }
-                if stream && st.op != ReduceOp::LogSoftmax {
-                    for (o, &v) in tmp.iter_mut().zip(x) {
-                        *o = math::exp(v - m);
-                    }
-                    let inv = (1.0 / sum_f64(&tmp)) as f32;
-                    store_scaled_nt(out, &tmp, inv);
                     continue;
                 }
                 for (o, &v) in out.iter_mut().zip(x) {
@@ -856,44 +859,6 @@ fn reduce_rows(
             }
         }
     }
-}
-
-/// Full-row results of at least this many elements in all are written with non-temporal
-/// stores (32 MiB: far past the caches, so nothing reads them from there).
-const STREAM_ELEMS: usize = 8 << 20;
-
-/// `dst[i] = src[i] * k` (the same products as `*o *= k`), written with non-temporal stores
-/// where `dst` is 16-byte aligned: the lines go to memory without being read first.
-#[inline(always)]
-fn store_scaled_nt(dst: &mut [f32], src: &[f32], k: f32) {
-    let n = dst.len().min(src.len());
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if (dst.as_ptr() as usize).is_multiple_of(16) {
-        use std::arch::x86_64::{_mm_loadu_ps, _mm_mul_ps, _mm_set1_ps, _mm_stream_ps};
-        done = n / 4 * 4;
-        // SAFETY: `i + 4 <= done <= n` for both slices; `dst + i` is 16-byte aligned.
-        unsafe {
-            let kv = _mm_set1_ps(k);
-            for i in (0..done).step_by(4) {
-                let v = _mm_mul_ps(_mm_loadu_ps(src.as_ptr().add(i)), kv);
-                _mm_stream_ps(dst.as_mut_ptr().add(i), v);
-            }
-        }
-    }
-    for i in done..n {
-        dst[i] = src[i] * k;
-    }
-}
-
-/// Orders this thread's non-temporal stores before what follows (the end of a row block).
-#[inline(always)]
-fn stream_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a store fence has no preconditions.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
-    };
 }
 
 /// Per-thread buffers of a row block: input rows, results 0, 1 and 2 of the current stage,
