@@ -588,3 +588,23 @@ fn row_max_and_min_match_a_fold_and_propagate_nan() {
         }
     }
 }
+
+/// Only a row-major read of a slot from its start is a copy of it (a fused reshape, which the
+/// executor drops when the product is written in place); a transposed or offset read, another
+/// slot, or any arithmetic is not.
+#[test]
+fn only_a_plain_row_major_read_is_a_copy() {
+    let copy = |l: Leaf| {
+        let mut b = ExprBuilder::new(&[4, 6]);
+        let v = b.leaf(l);
+        b.finish(&[v])
+    };
+    assert!(copy(slot(2, 0, vec![6, 1])).is_copy_of(2));
+    assert!(!copy(slot(2, 0, vec![6, 1])).is_copy_of(1));
+    assert!(!copy(slot(2, 0, vec![1, 4])).is_copy_of(2));
+    assert!(!copy(slot(2, 3, vec![6, 1])).is_copy_of(2));
+    let mut b = ExprBuilder::new(&[4, 6]);
+    let v = b.leaf(slot(2, 0, vec![6, 1]));
+    let r = b.un(UnOp::Relu, v);
+    assert!(!b.finish(&[r]).is_copy_of(2));
+}

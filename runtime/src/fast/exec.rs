@@ -1033,8 +1033,11 @@ impl<'a> FusedEpilogue<'a> {
         if ptrs.len() + usize::from(in_place) != e.num_outputs() {
             return Err("epilogue result count".into());
         }
+        // A copy of the product into the buffer the product is written to anyway: nothing
+        // to do.
+        let copy = in_place && ptrs.is_empty() && e.is_copy_of(srcs.len() as u32);
         let epi = FusedEpilogue {
-            expr: Some(e),
+            expr: (!copy).then_some(e),
             srcs,
             outs: ptrs,
             in_place,

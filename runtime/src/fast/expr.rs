@@ -630,6 +630,29 @@ impl Expr {
         (leaf.offset >= 0 && self.row_major(&leaf.strides)).then_some((slot, leaf.offset as usize))
     }
 
+    /// Whether the expression only copies operand slot `slot`, read row-major from its start
+    /// (a reshape of a product fused as its epilogue).
+    pub fn is_copy_of(&self, slot: u32) -> bool {
+        let [Inst {
+            dst,
+            op: InstOp::Load(l),
+        }] = self.insts.as_slice()
+        else {
+            return false;
+        };
+        let Some(leaf) = self.leaves.get(*l as usize) else {
+            return false;
+        };
+        self.outputs.as_slice() == [*dst]
+            && leaf.src
+                == LeafSrc::Slot {
+                    slot,
+                    kind: LeafKind::F32,
+                }
+            && leaf.offset == 0
+            && self.row_major(&leaf.strides)
+    }
+
     /// Whether the expression is one output, `relu(x)` of operand `slot` (f32) read at the
     /// flat index being computed: a kernel that computes the operand can apply it itself.
     pub fn is_relu_of(&self, slot: u32) -> bool {

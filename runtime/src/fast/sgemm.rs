@@ -337,6 +337,22 @@ type MicroKernel = unsafe fn(
     pf: (*const f32, usize),
 );
 
+/// A [`MicroKernel`] that also applies `post` to the tile before storing it; the tile's first
+/// column is column `j0` of the product (where its bias starts).
+type PostKernel = unsafe fn(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    m: usize,
+    n: usize,
+    pf: (*const f32, usize),
+    post: &ColPost,
+    j0: usize,
+);
+
 /// The micro-kernel in use and its tile.
 #[derive(Clone, Copy)]
 pub struct Arch {
@@ -345,6 +361,9 @@ pub struct Arch {
     /// Columns of the register tile.
     pub nr: usize,
     kernel: MicroKernel,
+    /// The same kernel applying a [`ColPost`] to the tile in registers before it stores it
+    /// (the same operations as [`apply_post`], so the same bits), where there is one.
+    kernel_post: Option<PostKernel>,
     /// A short name (`avx512`, `avx2`, `portable`).
     pub name: &'static str,
 }
@@ -364,6 +383,7 @@ pub fn arch() -> Arch {
                     mr: 12,
                     nr: 32,
                     kernel: x86::kernel_12x32,
+                    kernel_post: Some(x86::kernel_12x32_post),
                     name: "avx512",
                 };
             }
@@ -372,6 +392,7 @@ pub fn arch() -> Arch {
                     mr: 6,
                     nr: 16,
                     kernel: x86::kernel_6x16,
+                    kernel_post: None,
                     name: "avx2",
                 };
             }
@@ -380,6 +401,7 @@ pub fn arch() -> Arch {
             mr: 4,
             nr: 8,
             kernel: kernel_portable,
+            kernel_post: None,
             name: "portable",
         }
     })
@@ -396,6 +418,7 @@ pub fn arch_for(m: usize) -> Arch {
             mr: 8,
             nr: 32,
             kernel: x86::kernel_8x32,
+            kernel_post: Some(x86::kernel_8x32_post),
             name: "avx512",
         };
     }
@@ -410,6 +433,7 @@ pub fn arch_for(m: usize) -> Arch {
             mr: 4,
             nr: 16,
             kernel: x86::kernel_4x16,
+            kernel_post: None,
             name: "avx2",
         };
     }
@@ -451,16 +475,16 @@ unsafe fn kernel_portable(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::Post;
+    use super::{ColPost, Post};
     use std::arch::x86_64::*;
 
     /// An AVX-512 micro-kernel of `$mr` rows x 32 columns: `2 * $mr` `zmm` accumulators, two
     /// vector loads of `B` and `$mr` broadcasts of `A` per step of `k`.
     macro_rules! avx512_kernel {
-        ($name:ident, $mr:literal, $($i:literal)*) => {
+        ($name:ident, $post_name:ident, $mr:literal, $($i:literal)*) => {
             #[target_feature(enable = "avx512f,avx2,fma")]
             #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
-            pub(super) unsafe fn $name(
+            pub(crate) unsafe fn $name(
                 kc: usize,
                 a: *const f32,
                 b: *const f32,
@@ -470,6 +494,41 @@ mod x86 {
                 m: usize,
                 n: usize,
                 pf: (*const f32, usize),
+            ) {
+                body(kc, a, b, c, ldc, accumulate, m, n, pf, None)
+            }
+
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `PostKernel`)
+            pub(crate) unsafe fn $post_name(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                accumulate: bool,
+                m: usize,
+                n: usize,
+                pf: (*const f32, usize),
+                post: &ColPost,
+                j0: usize,
+            ) {
+                body(kc, a, b, c, ldc, accumulate, m, n, pf, Some((post, j0)))
+            }
+
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn body(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                accumulate: bool,
+                m: usize,
+                n: usize,
+                pf: (*const f32, usize),
+                post: Option<(&ColPost, usize)>,
             ) {
                 let mut acc = [_mm512_setzero_ps(); 2 * $mr];
                 let (mut ap, mut bp) = (a, b);
@@ -504,19 +563,6 @@ mod x86 {
                 for _ in lines * stride..kc {
                     step!();
                 }
-                if m == $mr && n == 32 {
-                    for i in 0..$mr {
-                        let p = c.add(i * ldc);
-                        let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-                        if accumulate {
-                            v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
-                            v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
-                        }
-                        _mm512_storeu_ps(p, v0);
-                        _mm512_storeu_ps(p.add(16), v1);
-                    }
-                    return;
-                }
                 let mask = |w: usize| -> __mmask16 {
                     if w >= 16 {
                         0xffff
@@ -525,6 +571,23 @@ mod x86 {
                     }
                 };
                 let (k0, k1) = (mask(n), mask(n.saturating_sub(16)));
+                let post = post.map(|(p, j0)| TilePost::new(p, j0, k0, k1));
+                if m == $mr && n == 32 {
+                    for i in 0..$mr {
+                        let p = c.add(i * ldc);
+                        let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                        if accumulate {
+                            v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+                            v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+                        }
+                        if let Some(t) = &post {
+                            (v0, v1) = t.apply(v0, v1);
+                        }
+                        _mm512_storeu_ps(p, v0);
+                        _mm512_storeu_ps(p.add(16), v1);
+                    }
+                    return;
+                }
                 for i in 0..m.min($mr) {
                     let p = c.add(i * ldc);
                     let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
@@ -533,6 +596,9 @@ mod x86 {
                         if k1 != 0 {
                             v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, p.add(16)), v1);
                         }
+                    }
+                    if let Some(t) = &post {
+                        (v0, v1) = t.apply(v0, v1);
                     }
                     _mm512_mask_storeu_ps(p, k0, v0);
                     if k1 != 0 {
@@ -544,8 +610,61 @@ mod x86 {
     }
 
     const PF: usize = 32 * 16;
-    avx512_kernel!(kernel_12x32, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
-    avx512_kernel!(kernel_8x32, 8, 0 1 2 3 4 5 6 7);
+    mod k12 {
+        use super::*;
+        avx512_kernel!(kernel_12x32, kernel_12x32_post, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
+    }
+    mod k8 {
+        use super::*;
+        avx512_kernel!(kernel_8x32, kernel_8x32_post, 8, 0 1 2 3 4 5 6 7);
+    }
+    pub(super) use k12::{kernel_12x32, kernel_12x32_post};
+    pub(super) use k8::{kernel_8x32, kernel_8x32_post};
+
+    /// A [`ColPost`] ready for the 32 columns of one tile: the scale, and the scaled bias of
+    /// each half (zero past the tile's columns), as [`apply_post16`] computes them.
+    struct TilePost {
+        alpha: Option<__m512>,
+        bias: Option<(__m512, __m512)>,
+        relu: bool,
+    }
+
+    impl TilePost {
+        #[inline(always)]
+        unsafe fn new(p: &ColPost, j0: usize, k0: __mmask16, k1: __mmask16) -> TilePost {
+            let bias = (!p.bias.is_null()).then(|| {
+                let half = |k: __mmask16, off: usize| {
+                    let s = _mm512_maskz_loadu_ps(k, p.bias.wrapping_add(j0 + off));
+                    if p.beta == 1.0 {
+                        s
+                    } else {
+                        _mm512_mul_ps(_mm512_set1_ps(p.beta), s)
+                    }
+                };
+                (half(k0, 0), half(k1, 16))
+            });
+            TilePost {
+                alpha: (p.alpha != 1.0).then(|| _mm512_set1_ps(p.alpha)),
+                bias,
+                relu: p.relu,
+            }
+        }
+
+        /// `relu(x * alpha + bias)` of both halves of a row, each step only where asked.
+        #[inline(always)]
+        unsafe fn apply(&self, mut v0: __m512, mut v1: __m512) -> (__m512, __m512) {
+            if let Some(a) = self.alpha {
+                (v0, v1) = (_mm512_mul_ps(v0, a), _mm512_mul_ps(v1, a));
+            }
+            if let Some((b0, b1)) = self.bias {
+                (v0, v1) = (_mm512_add_ps(v0, b0), _mm512_add_ps(v1, b1));
+            }
+            if self.relu {
+                (v0, v1) = (relu16(v0), relu16(v1));
+            }
+            (v0, v1)
+        }
+    }
 
     /// An AVX-512 micro-kernel of `$mr` rows x 32 columns over an implicit `B`: row `l` is the
     /// 16 floats at `b0 + offs[l]` then the 16 at `b1 + offs[l]` (see `gemm_indirect`); only
@@ -1216,19 +1335,27 @@ unsafe fn block(
     let tile = |qi: usize, qj: usize, pf: (*const f32, usize)| {
         let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
         let (rows, cols) = (mr.min(mc - qi * mr), nr.min(nc - qj * nr));
-        (arch.kernel)(
-            kc,
-            pa.as_ptr().add(qi * mr * kc),
-            pb.as_ptr().add(qj * nr * kc),
-            c,
-            p.ldc,
-            accumulate,
-            rows,
-            cols,
-            pf,
-        );
-        if post {
-            apply_post(c, p.ldc, rows, cols, &p.post, c0 + qj * nr);
+        let (ap, bp) = (pa.as_ptr().add(qi * mr * kc), pb.as_ptr().add(qj * nr * kc));
+        match arch.kernel_post.filter(|_| post) {
+            Some(kernel) => kernel(
+                kc,
+                ap,
+                bp,
+                c,
+                p.ldc,
+                accumulate,
+                rows,
+                cols,
+                pf,
+                &p.post,
+                c0 + qj * nr,
+            ),
+            None => {
+                (arch.kernel)(kc, ap, bp, c, p.ldc, accumulate, rows, cols, pf);
+                if post {
+                    apply_post(c, p.ldc, rows, cols, &p.post, c0 + qj * nr);
+                }
+            }
         }
     };
     if b_outer {
