@@ -608,3 +608,33 @@ fn only_a_plain_row_major_read_is_a_copy() {
     let r = b.un(UnOp::Relu, v);
     assert!(!b.finish(&[r]).is_copy_of(2));
 }
+
+/// Outputs computed straight into their buffers: an output that a later instruction reads,
+/// the same value returned twice, an output that is a plain read of an operand, and one that
+/// is uniform over a block (a broadcast) all come out right, over several blocks and a short
+/// last block.
+#[test]
+fn outputs_written_in_place_are_read_back_and_duplicated_correctly() {
+    let n = 3 * fxhlo_runtime::fast::expr::BLOCK + 17;
+    let x = rand_vec(n, 11);
+    let c = rand_vec(1, 12);
+    let mut b = ExprBuilder::new(&[n]);
+    let xv = b.leaf(slot(0, 0, vec![1]));
+    let cv = b.leaf(slot(1, 0, vec![0]));
+    let p = b.bin(BinOp::Mul, xv, xv);
+    let q = b.bin_c(BinOp::Add, p, 1.0);
+    let e = b.finish(&[p, q, p, xv, cv]);
+    let mut outs: Vec<Vec<f32>> = (0..5).map(|_| vec![f32::NAN; n]).collect();
+    {
+        let mut o: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+        run_elementwise(&e, &[Src::F32(&x), Src::F32(&c)], &mut o);
+    }
+    for i in 0..n {
+        let p = x[i] * x[i];
+        assert_eq!(outs[0][i], p, "[{i}]");
+        assert_eq!(outs[1][i], p + 1.0, "[{i}]");
+        assert_eq!(outs[2][i], p, "[{i}]");
+        assert_eq!(outs[3][i], x[i], "[{i}]");
+        assert_eq!(outs[4][i], c[0], "[{i}]");
+    }
+}

@@ -1007,11 +1007,28 @@ impl Expr {
             state_big.resize(regs.len(), Reg::Own);
             &mut state_big
         };
+        // The instructions that compute an output's final value straight into the output
+        // (output `k`, the first that names the register, when no later instruction writes
+        // it), so it is not copied there from a register afterwards.
+        let last_def = |i: usize| {
+            !self.insts[i + 1..]
+                .iter()
+                .any(|j| j.dst == self.insts[i].dst)
+        };
+        let direct: Vec<Option<usize>> = (0..self.insts.len())
+            .map(|i| {
+                let k = self.outputs.iter().position(|&o| o == self.insts[i].dst)?;
+                (k < 64 && last_def(i)).then_some(k)
+            })
+            .collect();
         let mut pos = start;
         while pos < end {
             let n = (end - pos).min(BLOCK);
+            let off = pos - start;
+            // Outputs written straight in this block (bit `k`).
+            let mut written = 0u64;
             plan.unflatten(pos, idx);
-            for inst in &self.insts {
+            for (inst, &direct) in self.insts.iter().zip(&direct) {
                 let di = inst.dst as usize;
                 let done = match inst.op {
                     InstOp::Load(l) => {
@@ -1046,8 +1063,16 @@ impl Expr {
                     Reg::Uni(x) => Some(x),
                     _ => None,
                 };
-                let mut d = std::mem::take(&mut regs[di]);
-                let dst = &mut d[..n];
+                let mut own = match direct {
+                    Some(_) => None,
+                    None => Some(std::mem::take(&mut regs[di])),
+                };
+                let dst: &mut [f32] = match (direct, own.as_mut()) {
+                    (Some(k), _) => &mut outs[k][off..off + n],
+                    (None, Some(d)) => &mut d[..n],
+                    (None, None) => unreachable!("a register's own buffer was taken"),
+                };
+                let at = dst.as_ptr();
                 let r = |a: u32| reg(regs, state, a, n);
                 match inst.op {
                     InstOp::Load(l) => {
@@ -1073,11 +1098,23 @@ impl Expr {
                     }
                     InstOp::PowI(a, k) => run_powi(dst, r(a), k),
                 }
-                regs[di] = d;
-                state[di] = Reg::Own;
+                match (direct, own) {
+                    (Some(k), _) => {
+                        // Later instructions read the value where it was written.
+                        state[di] = Reg::View(at);
+                        written |= 1 << k;
+                    }
+                    (None, Some(d)) => {
+                        regs[di] = d;
+                        state[di] = Reg::Own;
+                    }
+                    (None, None) => {}
+                }
             }
-            let off = pos - start;
-            for (o, &r) in outs.iter_mut().zip(&self.outputs) {
+            for (k, (o, &r)) in outs.iter_mut().zip(&self.outputs).enumerate() {
+                if k < 64 && written & (1 << k) != 0 {
+                    continue;
+                }
                 let o = &mut o[off..off + n];
                 match state[r as usize] {
                     Reg::Uni(x) => o.fill(x),

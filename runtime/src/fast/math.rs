@@ -86,25 +86,27 @@ fn exp_poly(r: f32) -> f32 {
 /// and overflow gives `inf`; NaN where `x` is NaN.
 #[inline(always)]
 fn scale_exp(p: f32, n: i32, x: f32) -> f32 {
+    sel(x.is_nan(), x, scale2(p, n))
+}
+
+/// `p * 2^n` for `n` in `[-150, 129]` (see [`scale_exp`]).
+#[inline(always)]
+fn scale2(p: f32, n: i32) -> f32 {
     let n1 = n >> 1;
-    let y = p * pow2i(n1) * pow2i(n.wrapping_sub(n1));
-    sel(x.is_nan(), x, y)
+    p * pow2i(n1) * pow2i(n.wrapping_sub(n1))
 }
 
 /// `e^(hi + lo)` for a small correction `lo` (an argument carried in two parts, so that the
-/// reduction subtracts `n ln2` from `hi` exactly before `lo` is added).
+/// reduction subtracts `n ln2` from `hi` exactly before `lo` is added). Only for arguments
+/// known to be finite and in `[-104, 89]` (its callers' are bounded by construction), so it
+/// neither clamps nor checks for NaN.
 #[inline(always)]
 fn exp_hilo(hi: f32, lo: f32) -> f32 {
-    let x = hi + lo;
-    let xc = x.clamp(-104.0, 89.0);
-    let t = xc * LOG2E + ROUND_MAGIC;
-    // In [-150, 129] for every non-NaN x (wrapping keeps NaN inputs from overflowing).
+    let t = fma(hi + lo, LOG2E, ROUND_MAGIC);
     let n = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
     let nf = t - ROUND_MAGIC;
-    let hc = hi.clamp(-104.0, 89.0);
-    let lc = sel(hi == hc, lo, 0.0);
-    let r = fma(-nf, LN2_LO, fma(-nf, LN2_HI, hc) + lc);
-    scale_exp(exp_poly(r), n, x)
+    let r = fma(-nf, LN2_LO, fma(-nf, LN2_HI, hi) + lo);
+    scale2(exp_poly(r), n)
 }
 
 /// `e^x - 1`, accurate near zero (a degree-8 Taylor polynomial for `|x| < 0.35`).
@@ -221,7 +223,8 @@ pub fn silu(x: f32) -> f32 {
 
 /// Complementary error function of `z ≥ 0` (the Chebyshev fit of Numerical Recipes'
 /// `erfcc`, fractional error below 1.2e-7 before rounding), given `-z²` as `hi + lo` with `hi`
-/// exact, so the steep `exp(-z²)` factor sees no rounding of its argument.
+/// exact, so the steep `exp(-z²)` factor sees no rounding of its argument. `z` must be finite
+/// and at most 10 (`hi ≥ -100`), which keeps [`exp_hilo`]'s argument in range.
 #[inline(always)]
 fn erfc_core(z: f32, hi: f32, lo: f32) -> f32 {
     let t = 1.0 / fma(0.5, z, 1.0);
