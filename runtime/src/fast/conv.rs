@@ -585,12 +585,18 @@ impl Padded {
         let [dh, dw] = spec.dilation;
         let (h, w) = (spec.h, spec.w);
         let (hp, wp) = (h + 2 * ph, w + 2 * pw);
-        data.clear();
+        // Every element is written once: the border rows and columns with zeros, the rest
+        // with the image (no zero fill of the whole buffer first).
         data.resize(spec.cin * hp * wp, 0.0);
         for (ci, plane) in data.chunks_exact_mut(hp * wp).enumerate() {
+            plane[..ph * wp].fill(0.0);
+            plane[(ph + h) * wp..].fill(0.0);
             for y in 0..h {
                 let src = &x[(ci * h + y) * w..(ci * h + y + 1) * w];
-                plane[(y + ph) * wp + pw..(y + ph) * wp + pw + w].copy_from_slice(src);
+                let row = &mut plane[(y + ph) * wp..(y + ph + 1) * wp];
+                row[..pw].fill(0.0);
+                row[pw..pw + w].copy_from_slice(src);
+                row[pw + w..].fill(0.0);
             }
         }
         let cin_g = spec.cin / spec.groups;
