@@ -144,6 +144,17 @@ fn main() {
                 (256 * 8 * 1536, 256 * 8 * 1536),
                 10,
             );
+            // Attention values: the softmax [256, 256] of each head @ its V, read as heads of
+            // the QKV projection ([seq, batch, 3 x 512], V at 1024).
+            let mut spec_v = MatmulSpec::contiguous(64, 256, 64, 256);
+            spec_v.b = head(1024, false);
+            bench_matmul_in(
+                threads,
+                "bmm 64 x (P @ V) from a QKV projection",
+                &spec_v,
+                (64 * 256 * 256, 256 * 8 * 1536),
+                10,
+            );
             for (name, n, cin, hw, cout, k, s, p, groups) in [
                 ("conv3x3 8x64x56x56 -> 64", 8, 64, 56, 64, 3, 1, 1, 1),
                 ("conv3x3 s2 8x128x56x56 -> 128", 8, 128, 56, 128, 3, 2, 1, 1),
