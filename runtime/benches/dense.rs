@@ -4,7 +4,7 @@
 //! `FXHLO_NUM_THREADS`). Peers (torch, numpy) are compared elsewhere.
 
 use fxhlo_runtime::fast::conv::{conv2d, ConvSpec};
-use fxhlo_runtime::fast::gemm::{matmul, MatmulSpec, Operand};
+use fxhlo_runtime::fast::gemm::{matmul, matmul_prepacked, prepack_b, MatmulSpec, Operand};
 use std::time::Instant;
 
 fn fill(n: usize, seed: usize) -> Vec<f32> {
@@ -30,6 +30,44 @@ fn report(name: &str, threads: usize, flops: f64, secs: f64) {
         "{name:<40} threads={threads}  {:8.2} ms  {:7.1} GFLOP/s",
         secs * 1e3,
         flops / secs / 1e9
+    );
+}
+
+/// `relu(A @ W^T + bias)` with `W` (`n x k`) packed ahead of time.
+fn bench_prepacked(threads: usize, m: usize, n: usize, k: usize) {
+    let mut spec = MatmulSpec::contiguous(1, m, n, k);
+    spec.b = Operand {
+        offset: 0,
+        batch_stride: 0,
+        row_stride: 1,
+        col_stride: k,
+        ..Operand::default()
+    };
+    spec.bias = Some(Operand {
+        col_stride: 1,
+        ..Operand::default()
+    });
+    let (a, w, bias) = (fill(m * k, 1), fill(k * n, 2), fill(n, 3));
+    let mut c = vec![0f32; m * n];
+    let packed = prepack_b(&spec, &w).expect("a shared weight packs");
+    let flops = 2.0 * (m * n * k) as f64;
+    let secs = time(5, || {
+        matmul_prepacked(
+            &spec,
+            &a,
+            &w,
+            Some(&packed),
+            Some(&bias),
+            &mut c,
+            true,
+            &|_| {},
+        )
+    });
+    report(
+        &format!("prepacked {m}x{k} @ ({n}x{k})^T +b relu"),
+        threads,
+        flops,
+        secs,
     );
 }
 
@@ -114,6 +152,20 @@ fn main() {
                     let spec = MatmulSpec::contiguous(1, m, n, k);
                     bench_matmul(threads, &format!("plain {m}x{k} @ {k}x{n}"), &spec, 5);
                 }
+            }
+            // Linear layers over a weight packed once (as the executor does), with the bias
+            // and ReLU in the GEMM: the encoder's (2048 rows) and the MLP's (256 rows).
+            for (m, n, k) in [
+                (2048usize, 1536usize, 512usize),
+                (2048, 2048, 512),
+                (2048, 512, 2048),
+                (256, 4096, 1024),
+                (256, 4096, 4096),
+            ] {
+                if quick && m * n * k > 1 << 30 {
+                    continue;
+                }
+                bench_prepacked(threads, m, n, k);
             }
             // Attention scores: 8 sequences x 8 heads, [256, 64] @ [64, 256].
             let spec = MatmulSpec::contiguous(64, 256, 256, 64);

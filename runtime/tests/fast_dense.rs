@@ -171,6 +171,12 @@ fn matmul_with_prepacked_weights_gives_the_same_bits() {
         ),
         (MatmulSpec::contiguous(1, 256, 2048, 64), "256x64 @ 64x2048"),
         (MatmulSpec::contiguous(1, 9, 40, 5), "small"),
+        // Several blocks of rows read each column block of the weight (its micro-panels
+        // then stream past each micro-panel of `A`), the last block and panel partial.
+        (
+            MatmulSpec::contiguous(1, 600, 300, 200),
+            "600x200 @ 200x300",
+        ),
     ];
     let mut t = MatmulSpec::contiguous(1, 37, 700, 129);
     t.a = Operand {

@@ -1474,6 +1474,13 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
     let problems = &problems[..];
     tasks.par_iter().for_each(|&(i, r0, mc, c0, nc)| {
         let p = &problems[i];
+        // Where this task is the only one to read its columns of the weight (one block of
+        // rows), the weight streams from memory: each micro-panel of it meets every
+        // micro-panel of `A` while the next is fetched. Where several blocks of rows read
+        // them, they are in cache: each micro-panel of `A` then stays in L1 while those of
+        // the weight come from L2 (the encoder's linear layers, 2048 rows: 8-15% faster;
+        // the MLP's, 256 rows: 6% slower that way).
+        let b_outer = mc == p.m;
         if p.k == 0 {
             for r in r0..r0 + mc {
                 std::slice::from_raw_parts_mut(p.c.add(r * p.ldc + c0), nc).fill(0.0);
@@ -1491,7 +1498,7 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
                 } else {
                     &[]
                 };
-                block(arch, p, pa, pb, (r0, mc), (c0, nc), (p0, kc), true, next);
+                block(arch, p, pa, pb, (r0, mc), (c0, nc), (p0, kc), b_outer, next);
             }
         });
         finish(i, r0..r0 + mc, c0..c0 + nc);
