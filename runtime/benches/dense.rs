@@ -33,8 +33,8 @@ fn report(name: &str, threads: usize, flops: f64, secs: f64) {
     );
 }
 
-/// `relu(A @ W^T + bias)` with `W` (`n x k`) packed ahead of time.
-fn bench_prepacked(threads: usize, m: usize, n: usize, k: usize) {
+/// `A @ W^T`: `A` is `m x k` and the weight `W` `n x k`, both row-major (a linear layer).
+fn linear(m: usize, n: usize, k: usize) -> MatmulSpec {
     let mut spec = MatmulSpec::contiguous(1, m, n, k);
     spec.b = Operand {
         offset: 0,
@@ -43,6 +43,12 @@ fn bench_prepacked(threads: usize, m: usize, n: usize, k: usize) {
         col_stride: k,
         ..Operand::default()
     };
+    spec
+}
+
+/// `relu(A @ W^T + bias)` with `W` (`n x k`) packed ahead of time.
+fn bench_prepacked(threads: usize, m: usize, n: usize, k: usize) {
+    let mut spec = linear(m, n, k);
     spec.bias = Some(Operand {
         col_stride: 1,
         ..Operand::default()
@@ -139,14 +145,7 @@ fn main() {
                 if quick && m * n * k > 1 << 30 {
                     continue;
                 }
-                let mut spec = MatmulSpec::contiguous(1, m, n, k);
-                spec.b = Operand {
-                    offset: 0,
-                    batch_stride: 0,
-                    row_stride: 1,
-                    col_stride: k,
-                    ..Operand::default()
-                };
+                let spec = linear(m, n, k);
                 bench_matmul(threads, &format!("linear {m}x{k} @ ({n}x{k})^T"), &spec, 5);
                 if std::env::var("FXHLO_BENCH_PLAIN").is_ok() {
                     let spec = MatmulSpec::contiguous(1, m, n, k);

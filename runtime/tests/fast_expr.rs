@@ -476,9 +476,9 @@ fn throughput_per_op() {
     }
 }
 
-/// A softmax (plain and safe) over one row kernel of `rows` rows of `len`, the rows read in
-/// place from `x`.
-fn softmax_rows(x: &[f32], rows: usize, len: usize, op: ReduceOp) -> Vec<f32> {
+/// One row reduction `op` over `rows` rows of `len` (read in place from `x`), returning its
+/// result 0 (`per` elements per row).
+fn reduce_rows(x: &[f32], rows: usize, len: usize, op: ReduceOp, per: usize) -> Vec<f32> {
     let mut b = ExprBuilder::new(&[rows, len]);
     let xv = b.leaf(slot(0, 0, vec![len as i64, 1]));
     let k = RowReduce {
@@ -492,9 +492,14 @@ fn softmax_rows(x: &[f32], rows: usize, len: usize, op: ReduceOp) -> Vec<f32> {
             outputs: vec![RowOut::Result(0)],
         }],
     };
-    let mut out = vec![f32::NAN; rows * len];
+    let mut out = vec![f32::NAN; rows * per];
     run_row_reduce(&k, &[Src::F32(x)], &mut [Dst::F32(&mut out)]).unwrap();
     out
+}
+
+/// A softmax (plain and safe) over `rows` rows of `len`.
+fn softmax_rows(x: &[f32], rows: usize, len: usize, op: ReduceOp) -> Vec<f32> {
+    reduce_rows(x, rows, len, op, len)
 }
 
 /// A softmax gives the same bits for a row whatever the number of rows around it (row blocks
@@ -555,21 +560,7 @@ fn row_max_and_min_match_a_fold_and_propagate_nan() {
         x[3 * len - 1] = f32::NAN;
         x[4 * len + len / 2] = f32::NAN;
         for op in [ReduceOp::Max, ReduceOp::Min] {
-            let mut b = ExprBuilder::new(&[rows, len]);
-            let xv = b.leaf(slot(0, 0, vec![len as i64, 1]));
-            let k = RowReduce {
-                rows,
-                stages: vec![RowStage {
-                    op,
-                    len,
-                    prologue: b.finish(&[xv]),
-                    weight: None,
-                    bias: None,
-                    outputs: vec![RowOut::Result(0)],
-                }],
-            };
-            let mut out = vec![0f32; rows];
-            run_row_reduce(&k, &[Src::F32(&x)], &mut [Dst::F32(&mut out)]).unwrap();
+            let out = reduce_rows(&x, rows, len, op, 1);
             for r in 0..rows {
                 let row = &x[r * len..(r + 1) * len];
                 let want = if row.iter().any(|v| v.is_nan()) {

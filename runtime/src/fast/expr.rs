@@ -633,51 +633,42 @@ impl Expr {
     /// Whether the expression only copies operand slot `slot`, read row-major from its start
     /// (a reshape of a product fused as its epilogue).
     pub fn is_copy_of(&self, slot: u32) -> bool {
-        let [Inst {
-            dst,
-            op: InstOp::Load(l),
-        }] = self.insts.as_slice()
-        else {
-            return false;
-        };
-        let Some(leaf) = self.leaves.get(*l as usize) else {
-            return false;
-        };
-        self.outputs.as_slice() == [*dst]
-            && leaf.src
-                == LeafSrc::Slot {
-                    slot,
-                    kind: LeafKind::F32,
-                }
-            && leaf.offset == 0
-            && self.row_major(&leaf.strides)
+        match self.insts.as_slice() {
+            [Inst {
+                dst,
+                op: InstOp::Load(l),
+            }] => self.outputs.as_slice() == [*dst] && self.reads_whole(*l, slot),
+            _ => false,
+        }
     }
 
     /// Whether the expression is one output, `relu(x)` of operand `slot` (f32) read at the
     /// flat index being computed: a kernel that computes the operand can apply it itself.
     pub fn is_relu_of(&self, slot: u32) -> bool {
-        let [Inst {
-            dst: d0,
-            op: InstOp::Load(l),
-        }, Inst {
-            dst: d1,
-            op: InstOp::Un(UnOp::Relu, a),
-        }] = self.insts.as_slice()
-        else {
-            return false;
-        };
-        let Some(leaf) = self.leaves.get(*l as usize) else {
-            return false;
-        };
-        a == d0
-            && self.outputs.as_slice() == [*d1]
-            && leaf.src
+        match self.insts.as_slice() {
+            [Inst {
+                dst: d0,
+                op: InstOp::Load(l),
+            }, Inst {
+                dst: d1,
+                op: InstOp::Un(UnOp::Relu, a),
+            }] => a == d0 && self.outputs.as_slice() == [*d1] && self.reads_whole(*l, slot),
+            _ => false,
+        }
+    }
+
+    /// Whether leaf `l` reads f32 operand `slot` row-major from its start (element `i` of the
+    /// iteration space at flat index `i`).
+    fn reads_whole(&self, l: u32, slot: u32) -> bool {
+        self.leaves.get(l as usize).is_some_and(|leaf| {
+            leaf.src
                 == LeafSrc::Slot {
                     slot,
                     kind: LeafKind::F32,
                 }
-            && leaf.offset == 0
-            && self.row_major(&leaf.strides)
+                && leaf.offset == 0
+                && self.row_major(&leaf.strides)
+        })
     }
 
     /// Whether `strides` are the row-major strides of [`Expr::dims`] (unit dims aside).

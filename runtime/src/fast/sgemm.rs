@@ -324,7 +324,10 @@ unsafe impl Sync for Problem {}
 
 /// A micro-kernel: `C[mr x nr] (+)= Apanel @ Bpanel` over `kc`, storing only the first `m`
 /// rows and `n` columns. `pf` is `(p, lines)`: cache lines from `p` that a later call reads,
-/// which the kernel may ask into L2 along the way (a hint; never read).
+/// which the kernel may ask into L2 along the way (a hint; never read). `post` is
+/// `(post, j0)`: a [`ColPost`] for the tile, whose first column is column `j0` of the product;
+/// kernels with [`Arch::post_in_kernel`] apply it in registers before storing (the same
+/// operations as [`apply_post`], so the same bits), the others ignore it.
 type MicroKernel = unsafe fn(
     kc: usize,
     a: *const f32,
@@ -335,22 +338,7 @@ type MicroKernel = unsafe fn(
     m: usize,
     n: usize,
     pf: (*const f32, usize),
-);
-
-/// A [`MicroKernel`] that also applies `post` to the tile before storing it; the tile's first
-/// column is column `j0` of the product (where its bias starts).
-type PostKernel = unsafe fn(
-    kc: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    accumulate: bool,
-    m: usize,
-    n: usize,
-    pf: (*const f32, usize),
-    post: &ColPost,
-    j0: usize,
+    post: Option<(&ColPost, usize)>,
 );
 
 /// The micro-kernel in use and its tile.
@@ -361,9 +349,8 @@ pub struct Arch {
     /// Columns of the register tile.
     pub nr: usize,
     kernel: MicroKernel,
-    /// The same kernel applying a [`ColPost`] to the tile in registers before it stores it
-    /// (the same operations as [`apply_post`], so the same bits), where there is one.
-    kernel_post: Option<PostKernel>,
+    /// Whether `kernel` applies the [`ColPost`] it is given.
+    post_in_kernel: bool,
     /// A short name (`avx512`, `avx2`, `portable`).
     pub name: &'static str,
 }
@@ -383,7 +370,7 @@ pub fn arch() -> Arch {
                     mr: 12,
                     nr: 32,
                     kernel: x86::kernel_12x32,
-                    kernel_post: Some(x86::kernel_12x32_post),
+                    post_in_kernel: true,
                     name: "avx512",
                 };
             }
@@ -392,7 +379,7 @@ pub fn arch() -> Arch {
                     mr: 6,
                     nr: 16,
                     kernel: x86::kernel_6x16,
-                    kernel_post: None,
+                    post_in_kernel: false,
                     name: "avx2",
                 };
             }
@@ -401,7 +388,7 @@ pub fn arch() -> Arch {
             mr: 4,
             nr: 8,
             kernel: kernel_portable,
-            kernel_post: None,
+            post_in_kernel: false,
             name: "portable",
         }
     })
@@ -418,7 +405,7 @@ pub fn arch_for(m: usize) -> Arch {
             mr: 8,
             nr: 32,
             kernel: x86::kernel_8x32,
-            kernel_post: Some(x86::kernel_8x32_post),
+            post_in_kernel: true,
             name: "avx512",
         };
     }
@@ -433,7 +420,7 @@ pub fn arch_for(m: usize) -> Arch {
             mr: 4,
             nr: 16,
             kernel: x86::kernel_4x16,
-            kernel_post: None,
+            post_in_kernel: false,
             name: "avx2",
         };
     }
@@ -453,6 +440,7 @@ unsafe fn kernel_portable(
     m: usize,
     n: usize,
     _pf: (*const f32, usize),
+    _post: Option<(&ColPost, usize)>,
 ) {
     const MR: usize = 4;
     const NR: usize = 8;
@@ -481,44 +469,10 @@ mod x86 {
     /// An AVX-512 micro-kernel of `$mr` rows x 32 columns: `2 * $mr` `zmm` accumulators, two
     /// vector loads of `B` and `$mr` broadcasts of `A` per step of `k`.
     macro_rules! avx512_kernel {
-        ($name:ident, $post_name:ident, $mr:literal, $($i:literal)*) => {
+        ($name:ident, $mr:literal, $($i:literal)*) => {
             #[target_feature(enable = "avx512f,avx2,fma")]
             #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `MicroKernel`)
-            pub(crate) unsafe fn $name(
-                kc: usize,
-                a: *const f32,
-                b: *const f32,
-                c: *mut f32,
-                ldc: usize,
-                accumulate: bool,
-                m: usize,
-                n: usize,
-                pf: (*const f32, usize),
-            ) {
-                body(kc, a, b, c, ldc, accumulate, m, n, pf, None)
-            }
-
-            #[target_feature(enable = "avx512f,avx2,fma")]
-            #[allow(clippy::too_many_arguments)] // the micro-kernel signature (see `PostKernel`)
-            pub(crate) unsafe fn $post_name(
-                kc: usize,
-                a: *const f32,
-                b: *const f32,
-                c: *mut f32,
-                ldc: usize,
-                accumulate: bool,
-                m: usize,
-                n: usize,
-                pf: (*const f32, usize),
-                post: &ColPost,
-                j0: usize,
-            ) {
-                body(kc, a, b, c, ldc, accumulate, m, n, pf, Some((post, j0)))
-            }
-
-            #[inline(always)]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn body(
+            pub(super) unsafe fn $name(
                 kc: usize,
                 a: *const f32,
                 b: *const f32,
@@ -610,16 +564,8 @@ mod x86 {
     }
 
     const PF: usize = 32 * 16;
-    mod k12 {
-        use super::*;
-        avx512_kernel!(kernel_12x32, kernel_12x32_post, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
-    }
-    mod k8 {
-        use super::*;
-        avx512_kernel!(kernel_8x32, kernel_8x32_post, 8, 0 1 2 3 4 5 6 7);
-    }
-    pub(super) use k12::{kernel_12x32, kernel_12x32_post};
-    pub(super) use k8::{kernel_8x32, kernel_8x32_post};
+    avx512_kernel!(kernel_12x32, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
+    avx512_kernel!(kernel_8x32, 8, 0 1 2 3 4 5 6 7);
 
     /// A [`ColPost`] ready for the 32 columns of one tile: the scale, and the scaled bias of
     /// each half (zero past the tile's columns), as [`apply_post16`] computes them.
@@ -891,6 +837,7 @@ mod x86 {
                 m: usize,
                 n: usize,
                 _pf: (*const f32, usize),
+                _post: Option<(&ColPost, usize)>,
             ) {
                 let mut acc = [_mm256_setzero_ps(); 2 * $mr];
                 let (mut ap, mut bp) = (a, b);
@@ -1335,27 +1282,21 @@ unsafe fn block(
     let tile = |qi: usize, qj: usize, pf: (*const f32, usize)| {
         let c = p.c.add((r0 + qi * mr) * p.ldc + c0 + qj * nr);
         let (rows, cols) = (mr.min(mc - qi * mr), nr.min(nc - qj * nr));
-        let (ap, bp) = (pa.as_ptr().add(qi * mr * kc), pb.as_ptr().add(qj * nr * kc));
-        match arch.kernel_post.filter(|_| post) {
-            Some(kernel) => kernel(
-                kc,
-                ap,
-                bp,
-                c,
-                p.ldc,
-                accumulate,
-                rows,
-                cols,
-                pf,
-                &p.post,
-                c0 + qj * nr,
-            ),
-            None => {
-                (arch.kernel)(kc, ap, bp, c, p.ldc, accumulate, rows, cols, pf);
-                if post {
-                    apply_post(c, p.ldc, rows, cols, &p.post, c0 + qj * nr);
-                }
-            }
+        let j0 = c0 + qj * nr;
+        (arch.kernel)(
+            kc,
+            pa.as_ptr().add(qi * mr * kc),
+            pb.as_ptr().add(qj * nr * kc),
+            c,
+            p.ldc,
+            accumulate,
+            rows,
+            cols,
+            pf,
+            post.then_some((&p.post, j0)),
+        );
+        if post && !arch.post_in_kernel {
+            apply_post(c, p.ldc, rows, cols, &p.post, j0);
         }
     };
     if b_outer {
