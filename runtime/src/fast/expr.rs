@@ -492,6 +492,10 @@ struct Plan {
     dims: Vec<usize>,
     strides: Vec<Vec<i64>>,
     offsets: Vec<i64>,
+    /// Per instruction, the output it computes straight into (output `k`, the first that
+    /// names its register, when no later instruction writes that register), so the value is
+    /// not copied there from a register afterwards.
+    direct: Vec<Option<usize>>,
 }
 
 impl Plan {
@@ -528,10 +532,18 @@ impl Plan {
             }
         }
         let offsets = e.leaves.iter().map(|l| l.offset).collect();
+        let last_def = |i: usize| !e.insts[i + 1..].iter().any(|j| j.dst == e.insts[i].dst);
+        let direct = (0..e.insts.len())
+            .map(|i| {
+                let k = e.outputs.iter().position(|&o| o == e.insts[i].dst)?;
+                (k < 64 && last_def(i)).then_some(k)
+            })
+            .collect();
         Plan {
             dims,
             strides,
             offsets,
+            direct,
         }
     }
 
@@ -998,20 +1010,6 @@ impl Expr {
             state_big.resize(regs.len(), Reg::Own);
             &mut state_big
         };
-        // The instructions that compute an output's final value straight into the output
-        // (output `k`, the first that names the register, when no later instruction writes
-        // it), so it is not copied there from a register afterwards.
-        let last_def = |i: usize| {
-            !self.insts[i + 1..]
-                .iter()
-                .any(|j| j.dst == self.insts[i].dst)
-        };
-        let direct: Vec<Option<usize>> = (0..self.insts.len())
-            .map(|i| {
-                let k = self.outputs.iter().position(|&o| o == self.insts[i].dst)?;
-                (k < 64 && last_def(i)).then_some(k)
-            })
-            .collect();
         let mut pos = start;
         while pos < end {
             let n = (end - pos).min(BLOCK);
@@ -1019,7 +1017,7 @@ impl Expr {
             // Outputs written straight in this block (bit `k`).
             let mut written = 0u64;
             plan.unflatten(pos, idx);
-            for (inst, &direct) in self.insts.iter().zip(&direct) {
+            for (inst, &direct) in self.insts.iter().zip(&plan.direct) {
                 let di = inst.dst as usize;
                 let done = match inst.op {
                     InstOp::Load(l) => {

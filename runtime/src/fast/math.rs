@@ -61,13 +61,18 @@ fn pow2i(n: i32) -> f32 {
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let xc = x.clamp(-104.0, 89.0);
-    // n = round(x log2(e)), rounded once from the exact product (the rounding constant is
-    // added in the same fused operation).
-    let t = fma(xc, LOG2E, ROUND_MAGIC);
-    let n = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
-    let nf = t - ROUND_MAGIC;
+    let (n, nf) = round_log2e(xc);
     let r = fma(-nf, LN2_LO, fma(-nf, LN2_HI, xc));
     scale_exp(exp_poly(r), n, x)
+}
+
+/// `n = round(x log2(e))` as an integer and as a float, rounded once from the exact product
+/// (the rounding constant is added in the same fused operation); `x` in `[-104, 89]`.
+#[inline(always)]
+fn round_log2e(x: f32) -> (i32, f32) {
+    let t = fma(x, LOG2E, ROUND_MAGIC);
+    let n = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
+    (n, t - ROUND_MAGIC)
 }
 
 /// `e^r` for `|r| ≤ ln2/2`: 1 + r + r² (1/2 + r/6 + ... + r⁵/5040), the tail in independent
@@ -102,9 +107,7 @@ fn scale2(p: f32, n: i32) -> f32 {
 /// neither clamps nor checks for NaN.
 #[inline(always)]
 fn exp_hilo(hi: f32, lo: f32) -> f32 {
-    let t = fma(hi + lo, LOG2E, ROUND_MAGIC);
-    let n = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
-    let nf = t - ROUND_MAGIC;
+    let (n, nf) = round_log2e(hi + lo);
     let r = fma(-nf, LN2_LO, fma(-nf, LN2_HI, hi) + lo);
     scale2(exp_poly(r), n)
 }

@@ -144,16 +144,12 @@ impl ColPost {
 }
 
 /// Applies `post` to rows `0..rows`, columns `0..cols` of the tile at `c` (row stride `ldc`),
-/// whose first column is column `j0` of the product.
+/// whose first column is column `j0` of the product: for the micro-kernels that do not apply
+/// it themselves (see [`Arch::post_in_kernel`]).
 ///
 /// # Safety
 /// The tile must be writable; a bias must hold `j0 + cols` elements.
 unsafe fn apply_post(c: *mut f32, ldc: usize, rows: usize, cols: usize, post: &ColPost, j0: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if arch().name == "avx512" {
-        x86::apply_post16(c, ldc, rows, cols, post, j0);
-        return;
-    }
     let bias = |j: usize| {
         let s = *post.bias.add(j0 + j);
         if post.beta == 1.0 {
@@ -568,7 +564,7 @@ mod x86 {
     avx512_kernel!(kernel_8x32, 8, 0 1 2 3 4 5 6 7);
 
     /// A [`ColPost`] ready for the 32 columns of one tile: the scale, and the scaled bias of
-    /// each half (zero past the tile's columns), as [`apply_post16`] computes them.
+    /// each half (zero past the tile's columns), computed as [`super::apply_post`] does.
     struct TilePost {
         alpha: Option<__m512>,
         bias: Option<(__m512, __m512)>,
@@ -673,52 +669,6 @@ mod x86 {
     unsafe fn relu16(x: __m512) -> __m512 {
         let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
         _mm512_mask_mov_ps(_mm512_max_ps(x, _mm512_setzero_ps()), nan, x)
-    }
-
-    /// [`super::apply_post`] 16 columns at a time.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn apply_post16(
-        c: *mut f32,
-        ldc: usize,
-        rows: usize,
-        cols: usize,
-        post: &super::ColPost,
-        j0: usize,
-    ) {
-        let alpha = _mm512_set1_ps(post.alpha);
-        let beta = _mm512_set1_ps(post.beta);
-        for jb in (0..cols).step_by(16) {
-            let w = (cols - jb).min(16);
-            let k: __mmask16 = if w == 16 {
-                0xffff
-            } else {
-                ((1u32 << w) - 1) as __mmask16
-            };
-            let bias = if post.bias.is_null() {
-                _mm512_setzero_ps()
-            } else {
-                let s = _mm512_maskz_loadu_ps(k, post.bias.add(j0 + jb));
-                if post.beta == 1.0 {
-                    s
-                } else {
-                    _mm512_mul_ps(beta, s)
-                }
-            };
-            for i in 0..rows {
-                let p = c.add(i * ldc + jb);
-                let mut v = _mm512_maskz_loadu_ps(k, p);
-                if post.alpha != 1.0 {
-                    v = _mm512_mul_ps(v, alpha);
-                }
-                if !post.bias.is_null() {
-                    v = _mm512_add_ps(v, bias);
-                }
-                if post.relu {
-                    v = relu16(v);
-                }
-                _mm512_mask_storeu_ps(p, k, v);
-            }
-        }
     }
 
     avx512_indirect!(kernel_12x32_indirect, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
