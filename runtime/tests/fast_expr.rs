@@ -629,3 +629,40 @@ fn outputs_written_in_place_are_read_back_and_duplicated_correctly() {
         assert_eq!(outs[4][i], c[0], "[{i}]");
     }
 }
+
+/// Iteration spaces of `STREAM_ELEMS` elements or more stream (the next block's source runs
+/// prefetched, outputs stored non-temporally): the results are still the per-element values,
+/// for a computed output, a duplicate of it, a plain read of an operand and a broadcast one,
+/// with one output buffer that starts off a 16-byte boundary.
+#[test]
+fn streamed_outputs_match_per_element_values() {
+    use fxhlo_runtime::fast::expr::STREAM_ELEMS;
+    let cols = 1024usize;
+    let rows = STREAM_ELEMS / cols + 1;
+    let n = rows * cols;
+    let x = rand_vec(n, 21);
+    let w = rand_vec(cols, 22);
+    let mut b = ExprBuilder::new(&[rows, cols]);
+    let xv = b.leaf(slot(0, 0, vec![cols as i64, 1]));
+    let wv = b.leaf(slot(1, 0, vec![0, 1]));
+    let p = b.bin(BinOp::Mul, xv, wv);
+    let y = b.bin_c(BinOp::Add, p, 1.0);
+    let e = b.finish(&[y, xv, y, wv]);
+    let mut outs: Vec<Vec<f32>> = (0..4).map(|_| vec![f32::NAN; n + 1]).collect();
+    {
+        // Output 2 starts one float past its buffer's start.
+        let mut o: Vec<&mut [f32]> = outs
+            .iter_mut()
+            .enumerate()
+            .map(|(k, v)| if k == 2 { &mut v[1..] } else { &mut v[..n] })
+            .collect();
+        run_elementwise(&e, &[Src::F32(&x), Src::F32(&w)], &mut o);
+    }
+    for i in 0..n {
+        let want = x[i] * w[i % cols] + 1.0;
+        assert_eq!(outs[0][i].to_bits(), want.to_bits(), "[{i}]");
+        assert_eq!(outs[1][i].to_bits(), x[i].to_bits(), "[{i}]");
+        assert_eq!(outs[2][i + 1].to_bits(), want.to_bits(), "[{i}]");
+        assert_eq!(outs[3][i].to_bits(), w[i % cols].to_bits(), "[{i}]");
+    }
+}

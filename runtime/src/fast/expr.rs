@@ -30,6 +30,10 @@ pub const BLOCK: usize = 512;
 /// Elements per parallel task of [`run_elementwise`] (a multiple of [`BLOCK`]; independent of
 /// the thread count).
 pub const TASK: usize = 16 * BLOCK;
+/// Iteration spaces of at least this many elements run by [`run_elementwise`] stream (see
+/// `Plan::stream`): their operands and results are far larger than any cache level a core
+/// shares with few others.
+pub const STREAM_ELEMS: usize = 1 << 23;
 
 /// The element type of an operand slot read by a leaf.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -494,12 +498,19 @@ struct Plan {
     offsets: Vec<i64>,
     /// Per instruction, the output it computes straight into (output `k`, the first that
     /// names its register, when no later instruction writes that register), so the value is
-    /// not copied there from a register afterwards.
+    /// not copied there from a register afterwards. All `None` when streaming.
     direct: Vec<Option<usize>>,
+    /// Streaming: the lines of each contiguous source run of the next block are prefetched a
+    /// few at a time between the instructions of this block (a burst of them would stall on
+    /// the core's miss buffers), and outputs are copied out of their registers with
+    /// non-temporal stores (their lines are not read from memory first, which stalls the
+    /// stores behind them). Each block's loads and stores then overlap the math of its
+    /// neighbours instead of waiting between them.
+    stream: bool,
 }
 
 impl Plan {
-    fn new(e: &Expr) -> Plan {
+    fn new(e: &Expr, stream: bool) -> Plan {
         let mut dims: Vec<usize> = vec![];
         let mut strides: Vec<Vec<i64>> = vec![vec![]; e.leaves.len()];
         for (d, &n) in e.dims.iter().enumerate() {
@@ -536,7 +547,7 @@ impl Plan {
         let direct = (0..e.insts.len())
             .map(|i| {
                 let k = e.outputs.iter().position(|&o| o == e.insts[i].dst)?;
-                (k < 64 && last_def(i)).then_some(k)
+                (!stream && k < 64 && last_def(i)).then_some(k)
             })
             .collect();
         Plan {
@@ -544,6 +555,7 @@ impl Plan {
             strides,
             offsets,
             direct,
+            stream,
         }
     }
 
@@ -826,7 +838,7 @@ impl Expr {
     /// Evaluates flat iteration indices `start..end`; output `k`'s value at flat index `i` goes
     /// to `outs[k][i - start]`. The expression must have been validated against `srcs`.
     pub fn eval_range(&self, srcs: &[Src<'_>], start: usize, end: usize, outs: &mut [&mut [f32]]) {
-        self.eval_range_with(srcs, &[], start, end, outs, false)
+        self.eval_range_with(srcs, &[], start, end, outs, (false, false))
     }
 
     /// [`eval_range`](Expr::eval_range) where a leaf of slot `s` reads address
@@ -842,7 +854,22 @@ impl Expr {
         end: usize,
         outs: &mut [&mut [f32]],
     ) {
-        self.eval_range_with(srcs, shift, start, end, outs, true)
+        self.eval_range_with(srcs, shift, start, end, outs, (true, false))
+    }
+
+    /// [`eval_range`](Expr::eval_range) on operands and outputs too large to stay in cache
+    /// (see `Plan::stream`).
+    fn eval_range_streaming(
+        &self,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        self.eval_range_with(srcs, &[], start, end, outs, (false, true));
+        // The non-temporal stores are weakly ordered: they reach memory before the task is
+        // reported done.
+        simd::stream_fence();
     }
 
     fn eval_range_with(
@@ -852,7 +879,7 @@ impl Expr {
         start: usize,
         end: usize,
         outs: &mut [&mut [f32]],
-        uniform: bool,
+        (uniform, stream): (bool, bool),
     ) {
         assert_eq!(outs.len(), self.outputs.len(), "one buffer per output");
         let end = end.min(self.numel());
@@ -862,7 +889,7 @@ impl Expr {
         for o in outs.iter() {
             assert!(o.len() >= end - start, "output buffer too short");
         }
-        let EvalPlan(plan, regs) = &mut self.plan();
+        let EvalPlan(plan, regs) = &mut self.plan_with(stream);
         for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
             if let LeafSrc::Slot { slot, .. } = l.src {
                 *o -= shift.get(slot as usize).copied().unwrap_or(0);
@@ -874,13 +901,17 @@ impl Expr {
     /// The iteration plan of [`eval_rows`](Expr::eval_rows), built once for many calls (one
     /// per tile of a product, say).
     pub fn plan(&self) -> EvalPlan {
+        self.plan_with(false)
+    }
+
+    fn plan_with(&self, stream: bool) -> EvalPlan {
         // The register blocks come from this thread's scratch (returned when the plan drops),
         // so the calls of a plan touch no thread-local state.
         let mut regs = SCRATCH.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
         if regs.len() < self.num_regs as usize {
             regs.resize_with(self.num_regs as usize, || vec![0.0; BLOCK]);
         }
-        EvalPlan(Plan::new(self), regs)
+        EvalPlan(Plan::new(self, stream), regs)
     }
 
     /// Evaluates the flat ranges `start..start + w` of `rows` (the rows of one tile of a
@@ -1017,7 +1048,13 @@ impl Expr {
             // Outputs written straight in this block (bit `k`).
             let mut written = 0u64;
             plan.unflatten(pos, idx);
-            for (inst, &direct) in self.insts.iter().zip(&plan.direct) {
+            // Streaming: the next block's lines of this block's source runs, prefetched a few
+            // per instruction after the load that found each run.
+            let mut ahead = Ahead::default();
+            for (i, (inst, &direct)) in self.insts.iter().zip(&plan.direct).enumerate() {
+                if plan.stream {
+                    ahead.step();
+                }
                 let di = inst.dst as usize;
                 let done = match inst.op {
                     InstOp::Load(l) => {
@@ -1025,6 +1062,11 @@ impl Expr {
                         let (src, off, st) =
                             (self.leaves[l].src, plan.offsets[l], &plan.strides[l]);
                         contiguous(src, off, st, &plan.dims, idx, srcs, n)
+                            .inspect(|&v| {
+                                if plan.stream {
+                                    ahead.add(v.wrapping_add(n), n, self.insts.len() - i - 1);
+                                }
+                            })
                             .map(Reg::View)
                             .or_else(|| {
                                 UNIFORM
@@ -1107,10 +1149,51 @@ impl Expr {
                 let o = &mut o[off..off + n];
                 match state[r as usize] {
                     Reg::Uni(x) => o.fill(x),
+                    _ if plan.stream => simd::copy_nt(o, reg(regs, state, r, n)),
                     _ => o.copy_from_slice(reg(regs, state, r, n)),
                 }
             }
             pos += n;
+        }
+    }
+}
+
+/// The source runs of the next block whose cache lines a streaming block loop prefetches, a
+/// few lines per instruction (see `Plan::stream`).
+struct Ahead {
+    /// Per run: its start, its number of lines, the next line to ask for, lines per step.
+    runs: [(*const f32, usize, usize, usize); 4],
+    len: usize,
+}
+
+impl Ahead {
+    /// Adds the run of `n` floats at `p`, to be prefetched over the next `steps` steps (runs
+    /// past the fourth are left to the hardware prefetcher).
+    #[inline(always)]
+    fn add(&mut self, p: *const f32, n: usize, steps: usize) {
+        if self.len < self.runs.len() {
+            let lines = n.div_ceil(16);
+            self.runs[self.len] = (p, lines, 0, lines.div_ceil(steps.max(1)));
+            self.len += 1;
+        }
+    }
+
+    /// Prefetches the next few lines of every run.
+    #[inline(always)]
+    fn step(&mut self) {
+        for (p, lines, next, per) in &mut self.runs[..self.len] {
+            let hi = (*next + *per).min(*lines);
+            simd::prefetch(p.wrapping_add(*next * 16), (hi - *next) * 16);
+            *next = hi;
+        }
+    }
+}
+
+impl Default for Ahead {
+    fn default() -> Ahead {
+        Ahead {
+            runs: [(std::ptr::null(), 0, 0, 0); 4],
+            len: 0,
         }
     }
 }
@@ -1363,12 +1446,17 @@ pub fn run_elementwise(e: &Expr, srcs: &[Src<'_>], outs: &mut [&mut [f32]]) {
             per_task[t].push(s);
         }
     }
+    let stream = total >= STREAM_ELEMS;
     per_task
         .into_par_iter()
         .enumerate()
         .for_each(|(t, mut os)| {
-            let s = t * TASK;
-            e.eval_range(srcs, s, (s + TASK).min(total), &mut os);
+            let (s, end) = (t * TASK, ((t + 1) * TASK).min(total));
+            if stream {
+                e.eval_range_streaming(srcs, s, end, &mut os);
+            } else {
+                e.eval_range(srcs, s, end, &mut os);
+            }
         });
 }
 

@@ -80,6 +80,39 @@ pub(crate) fn prefetch(p: *const f32, len: usize) {
     let _ = (p, len);
 }
 
+/// `dst.copy_from_slice(src)` with non-temporal stores where `dst` is 16-byte aligned (the
+/// lines go to memory without being read first); call [`stream_fence`] before another thread
+/// reads `dst`.
+#[inline(always)]
+pub(crate) fn copy_nt(dst: &mut [f32], src: &[f32]) {
+    let n = dst.len().min(src.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
+        let head = dst.as_ptr().align_offset(16).min(n);
+        dst[..head].copy_from_slice(&src[..head]);
+        let mut i = head;
+        while i + 4 <= n {
+            // SAFETY: `i + 4 <= n` for both slices; `dst + i` is 16-byte aligned.
+            unsafe { _mm_stream_ps(dst.as_mut_ptr().add(i), _mm_loadu_ps(src.as_ptr().add(i))) };
+            i += 4;
+        }
+        dst[i..n].copy_from_slice(&src[i..n]);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    dst[..n].copy_from_slice(&src[..n]);
+}
+
+/// Orders the non-temporal stores of [`copy_nt`] before the stores that follow.
+#[inline(always)]
+pub(crate) fn stream_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a store fence has no preconditions.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
 /// Whether the CPU runs the AVX-512 copies (F, BW, DQ and VL, as `x86-64-v4`), checked once.
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx512() -> bool {
