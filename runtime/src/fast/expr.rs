@@ -1050,7 +1050,7 @@ impl Expr {
             plan.unflatten(pos, idx);
             // Streaming: the next block's lines of this block's source runs, prefetched a few
             // per instruction after the load that found each run.
-            let mut ahead = Ahead::default();
+            let mut ahead = Ahead::new();
             for (i, (inst, &direct)) in self.insts.iter().zip(&plan.direct).enumerate() {
                 if plan.stream {
                     ahead.step();
@@ -1159,21 +1159,26 @@ impl Expr {
 }
 
 /// The source runs of the next block whose cache lines a streaming block loop prefetches, a
-/// few lines per instruction (see `Plan::stream`).
+/// few lines per instruction (see `Plan::stream`); runs past the fourth are left to the
+/// hardware prefetcher.
 struct Ahead {
-    /// Per run: its start, its number of lines, the next line to ask for, lines per step.
-    runs: [(*const f32, usize, usize, usize); 4],
+    runs: [simd::Spread; 4],
     len: usize,
 }
 
 impl Ahead {
-    /// Adds the run of `n` floats at `p`, to be prefetched over the next `steps` steps (runs
-    /// past the fourth are left to the hardware prefetcher).
+    fn new() -> Ahead {
+        Ahead {
+            runs: [simd::Spread::NONE; 4],
+            len: 0,
+        }
+    }
+
+    /// Adds the run of `n` floats at `p`, to be prefetched over the next `steps` steps.
     #[inline(always)]
     fn add(&mut self, p: *const f32, n: usize, steps: usize) {
         if self.len < self.runs.len() {
-            let lines = n.div_ceil(16);
-            self.runs[self.len] = (p, lines, 0, lines.div_ceil(steps.max(1)));
+            self.runs[self.len] = simd::Spread::new(p, n, steps);
             self.len += 1;
         }
     }
@@ -1181,19 +1186,8 @@ impl Ahead {
     /// Prefetches the next few lines of every run.
     #[inline(always)]
     fn step(&mut self) {
-        for (p, lines, next, per) in &mut self.runs[..self.len] {
-            let hi = (*next + *per).min(*lines);
-            simd::prefetch(p.wrapping_add(*next * 16), (hi - *next) * 16);
-            *next = hi;
-        }
-    }
-}
-
-impl Default for Ahead {
-    fn default() -> Ahead {
-        Ahead {
-            runs: [(std::ptr::null(), 0, 0, 0); 4],
-            len: 0,
+        for r in &mut self.runs[..self.len] {
+            r.step();
         }
     }
 }

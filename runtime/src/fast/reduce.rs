@@ -783,11 +783,13 @@ fn reduce_rows(
     let len = st.len;
     let lf = len as f64;
     for r in 0..rows {
-        // The next row, from memory while this one is computed in cache.
-        if r + 1 < rows {
-            super::simd::prefetch(x[(r + 1) * len..].as_ptr(), len);
-        }
+        // The next row, from memory while this one is computed in cache: a third of its lines
+        // before each of this row's passes (ops of one pass ask for all of them at once); a
+        // burst of a whole row's prefetches stalls on the core's miss buffers.
+        let next = x.get((r + 1) * len..(r + 2) * len).unwrap_or(&[]);
+        let mut ahead = super::simd::Spread::new(next.as_ptr(), next.len(), 3);
         let x = &x[r * len..(r + 1) * len];
+        ahead.step();
         match st.op {
             ReduceOp::Sum => res0[r] = sum_f64(x) as f32,
             ReduceOp::Mean => res0[r] = (sum_f64(x) / lf) as f32,
@@ -802,10 +804,12 @@ fn reduce_rows(
             }
             ReduceOp::Var { correction } => {
                 let m = sum_f64(x) / lf;
+                ahead.step();
                 res0[r] = (sq_dev_f64(x, m) / (lf - correction).max(0.0)) as f32;
             }
             ReduceOp::Softmax | ReduceOp::SafeSoftmax | ReduceOp::LogSoftmax => {
                 let m = extreme(x, true);
+                ahead.step();
                 let out = &mut res0[r * len..(r + 1) * len];
                 if st.op == ReduceOp::SafeSoftmax && m == f32::NEG_INFINITY {
                     out.fill(0.0);
@@ -815,6 +819,7 @@ fn reduce_rows(
                     *o = math::exp(v - m);
                 }
                 let s = sum_f64(out);
+                ahead.step();
                 if st.op != ReduceOp::LogSoftmax {
                     let inv = (1.0 / s) as f32;
                     out.iter_mut().for_each(|o| *o *= inv);
@@ -827,7 +832,9 @@ fn reduce_rows(
             }
             ReduceOp::LayerNorm { eps } => {
                 let m = sum_f64(x) / lf;
+                ahead.step();
                 let var = sq_dev_f64(x, m) / lf;
+                ahead.step();
                 let rstd = 1.0 / (var + eps).sqrt();
                 let (mf, rf) = (m as f32, rstd as f32);
                 let out = &mut res0[r * len..(r + 1) * len];
@@ -858,6 +865,8 @@ fn reduce_rows(
                 res2.push(rf);
             }
         }
+        // Ops of one pass: the rest of the lines.
+        ahead.finish();
     }
 }
 

@@ -80,6 +80,57 @@ pub(crate) fn prefetch(p: *const f32, len: usize) {
     let _ = (p, len);
 }
 
+/// The cache lines of a run of floats, prefetched a few at a time over the steps of the work
+/// done before the run is read: a burst of a whole run's prefetches (dozens of lines) stalls
+/// on the core's miss buffers, while a few per step overlap the work.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spread {
+    p: *const f32,
+    lines: usize,
+    next: usize,
+    per: usize,
+}
+
+impl Spread {
+    /// The `n` floats at `p` (any address: a prefetch never faults), over `steps` steps.
+    #[inline(always)]
+    pub(crate) fn new(p: *const f32, n: usize, steps: usize) -> Spread {
+        let lines = n.div_ceil(16);
+        Spread {
+            p,
+            lines,
+            next: 0,
+            per: lines.div_ceil(steps.max(1)),
+        }
+    }
+
+    /// Nothing to prefetch.
+    pub(crate) const NONE: Spread = Spread {
+        p: std::ptr::null(),
+        lines: 0,
+        next: 0,
+        per: 0,
+    };
+
+    /// Prefetches the next step's lines.
+    #[inline(always)]
+    pub(crate) fn step(&mut self) {
+        let hi = (self.next + self.per).min(self.lines);
+        prefetch(self.p.wrapping_add(self.next * 16), (hi - self.next) * 16);
+        self.next = hi;
+    }
+
+    /// Prefetches the lines not asked for yet.
+    #[inline(always)]
+    pub(crate) fn finish(&mut self) {
+        prefetch(
+            self.p.wrapping_add(self.next * 16),
+            (self.lines - self.next) * 16,
+        );
+        self.next = self.lines;
+    }
+}
+
 /// `dst.copy_from_slice(src)` with non-temporal stores where `dst` is 16-byte aligned (the
 /// lines go to memory without being read first); call [`stream_fence`] before another thread
 /// reads `dst`.
