@@ -66,9 +66,9 @@ fn fmt_arg(g: &Graph, a: &Arg) -> String {
         Arg::Bools(xs) => join(xs.iter().map(|x| x.to_string()).collect()),
         Arg::Str(s) => format!("{s:?}"),
         Arg::DType(d) => d.to_string(),
-        Arg::Layout(s) => format!("layout({s})"),
+        Arg::Layout(s) => format!("layout({})", fmt_name(s)),
         Arg::Device(s) => format!("device({s:?})"),
-        Arg::MemoryFormat(s) => format!("memory_format({s})"),
+        Arg::MemoryFormat(s) => format!("memory_format({})", fmt_name(s)),
     }
 }
 
