@@ -1041,6 +1041,9 @@ impl Expr {
             state_big.resize(regs.len(), Reg::Own);
             &mut state_big
         };
+        // Streaming: the next block's lines of each block's source runs, prefetched a few per
+        // instruction after the load that found each run.
+        let mut ahead = Ahead::new();
         let mut pos = start;
         while pos < end {
             let n = (end - pos).min(BLOCK);
@@ -1048,9 +1051,7 @@ impl Expr {
             // Outputs written straight in this block (bit `k`).
             let mut written = 0u64;
             plan.unflatten(pos, idx);
-            // Streaming: the next block's lines of this block's source runs, prefetched a few
-            // per instruction after the load that found each run.
-            let mut ahead = Ahead::new();
+            ahead.clear();
             for (i, (inst, &direct)) in self.insts.iter().zip(&plan.direct).enumerate() {
                 if plan.stream {
                     ahead.step();
@@ -1172,6 +1173,12 @@ impl Ahead {
             runs: [simd::Spread::NONE; 4],
             len: 0,
         }
+    }
+
+    /// Forgets the runs of the last block.
+    #[inline(always)]
+    fn clear(&mut self) {
+        self.len = 0;
     }
 
     /// Adds the run of `n` floats at `p`, to be prefetched over the next `steps` steps.

@@ -115,19 +115,20 @@ impl Spread {
     /// Prefetches the next step's lines.
     #[inline(always)]
     pub(crate) fn step(&mut self) {
-        let hi = (self.next + self.per).min(self.lines);
-        prefetch(self.p.wrapping_add(self.next * 16), (hi - self.next) * 16);
-        self.next = hi;
+        self.upto((self.next + self.per).min(self.lines));
     }
 
     /// Prefetches the lines not asked for yet.
     #[inline(always)]
     pub(crate) fn finish(&mut self) {
-        prefetch(
-            self.p.wrapping_add(self.next * 16),
-            (self.lines - self.next) * 16,
-        );
-        self.next = self.lines;
+        self.upto(self.lines);
+    }
+
+    /// Prefetches the lines from the next one not asked for up to line `hi`.
+    #[inline(always)]
+    fn upto(&mut self, hi: usize) {
+        prefetch(self.p.wrapping_add(self.next * 16), (hi - self.next) * 16);
+        self.next = hi;
     }
 }
 
