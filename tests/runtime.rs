@@ -479,31 +479,30 @@ fn fused_products_live_in_their_epilogue_results() {
 }
 
 #[test]
-fn attention_mask_guards_run_on_fast_kernels() {
-    // The `where(all masked, 0, softmax)` guard of PyTorch's attention reduces a bool mask
-    // with `any`: a row reduction over bools, not a fallback.
+fn attention_runs_as_one_fused_step_with_its_guard() {
+    // The encoder's attention, with the `where(all masked, 0, softmax)` guard of PyTorch's
+    // decomposition, is one fused step: no row reduction of the guard or the softmax, no
+    // fallback.
     let (case, a) = compiled("transformer_encoder");
     let (kinds, _) = step_kinds_of(&a);
     assert!(!kinds.contains(&"fallback"), "{kinds:?}");
-    // The guard's `any` and the softmax read the same rows of scores: one safe-softmax row
-    // kernel (a fully masked row gives zeros), with no step of the guard's own.
-    use fxhlo_runtime::fast::reduce::ReduceOp;
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "attention").count(),
+        1,
+        "{kinds:?}"
+    );
     use fxhlo_runtime::fast::Kernel;
-    let stages: Vec<Vec<ReduceOp>> = a
+    let att = a
         .header
         .program
         .steps
         .iter()
-        .filter_map(|s| match &s.kernel {
-            Kernel::RowReduce(r) => Some(r.stages.iter().map(|st| st.op).collect()),
+        .find_map(|s| match &s.kernel {
+            Kernel::Attention(spec) => Some(spec),
             _ => None,
         })
-        .collect();
-    assert!(stages.contains(&vec![ReduceOp::SafeSoftmax]), "{stages:?}");
-    assert!(
-        stages.iter().flatten().all(|op| *op != ReduceOp::Any),
-        "{stages:?}"
-    );
+        .unwrap();
+    assert!(att.guard && att.mask.is_none(), "{att:?}");
     let got = executor(a, 2).run(&case.inputs).unwrap();
     let cmp = check_outputs(&case, &got, None).unwrap();
     assert!(cmp.iter().all(|c| c.ok()), "{cmp:?}");
@@ -512,20 +511,34 @@ fn attention_mask_guards_run_on_fast_kernels() {
 #[test]
 fn attention_reads_the_heads_of_its_projection_in_place() {
     // q, k and v are scaled views of the packed in-projection with `batch * heads` two strides
-    // apart: the score and value products read them in place (no copies of q, k or v). The one
-    // elementwise step left gathers the heads' outputs into rows for the out-projection.
+    // apart: the attention reads them in place (no copies of q, k or v), and writes its result
+    // where the out-projection reads it, in rows of `heads * dim`: no copy step at all.
     let (case, a) = compiled("transformer_encoder");
     let (kinds, _) = step_kinds_of(&a);
-    let copies = kinds.iter().filter(|k| **k == "elementwise").count();
-    assert_eq!(copies, 1, "{kinds:?}");
-    assert_eq!(&kinds[..2], ["matmul", "matmul"], "{kinds:?}");
+    assert!(!kinds.contains(&"elementwise"), "{kinds:?}");
+    assert_eq!(&kinds[..3], ["matmul", "attention", "matmul"], "{kinds:?}");
     // The in-projection is `bmm` then `add(bias)`: the add becomes the product's own bias,
     // so that step has no epilogue left.
     use fxhlo_runtime::fast::Kernel;
-    let Kernel::Matmul { spec, epilogue } = &a.header.program.steps[0].kernel else {
+    let steps = &a.header.program.steps;
+    let Kernel::Matmul { spec, epilogue } = &steps[0].kernel else {
         panic!("the first step is not a matmul");
     };
     assert!(spec.bias.is_some() && epilogue.is_none(), "{spec:?}");
+    let Kernel::Attention(att) = &steps[1].kernel else {
+        panic!("the second step is not an attention");
+    };
+    assert!(
+        att.q.grouped() && att.k.grouped() && att.v.grouped(),
+        "{att:?}"
+    );
+    // Row `s` of head `h` of sequence `b` goes to row `s * batch + b`, columns `h * dim..`,
+    // of the out-projection's `[seq * batch, heads * dim]` input.
+    assert_eq!(
+        (att.out.row_stride, att.out.batch_stride),
+        (2 * 32, 8),
+        "{att:?}"
+    );
     let got = executor(a, 2).run(&case.inputs).unwrap();
     let cmp = check_outputs(&case, &got, None).unwrap();
     assert!(cmp.iter().all(|c| c.ok()), "{cmp:?}");

@@ -7,6 +7,7 @@ Needs only the standard library (safetensors files are written by hand).
 """
 import json
 import os
+import re
 import shutil
 import struct
 import zipfile
@@ -210,7 +211,11 @@ def main():
              inspect_exit=0, out_stream="stdout")
 
     # Compiled artifacts (docs/runtime.md): built by hand so that no compiler is needed here.
-    def artifact(header: bytes, consts: bytes = b"", version: int = 2, crc_fix: bool = True):
+    # The version this build reads (so that only the case under test is wrong).
+    src = (ROOT / "runtime/src/fast/artifact.rs").read_text()
+    current = int(re.search(r"pub const FORMAT_VERSION: u32 = (\d+);", src).group(1))
+
+    def artifact(header: bytes, consts: bytes = b"", version: int = current, crc_fix: bool = True):
         body = b"FXHLOFXA" + struct.pack("<I", version) + struct.pack("<Q", len(header)) + header
         body += struct.pack("<Q", len(consts)) + consts
         crc = zlib.crc32(body) if crc_fix else zlib.crc32(body) ^ 1

@@ -3,6 +3,7 @@
 //! Plain `Instant`-based timing, best of a few runs, for 1 and 2 threads (or only the count in
 //! `FXHLO_NUM_THREADS`). Peers (torch, numpy) are compared elsewhere.
 
+use fxhlo_runtime::fast::attention::{attention, AttentionSpec};
 use fxhlo_runtime::fast::conv::{conv2d, ConvSpec};
 use fxhlo_runtime::fast::gemm::{matmul, matmul_prepacked, prepack_b, MatmulSpec, Operand};
 use std::time::Instant;
@@ -109,7 +110,61 @@ fn bench_conv(threads: usize, name: &str, spec: &ConvSpec, reps: usize) {
     report(name, threads, spec.flops() as f64, secs);
 }
 
+/// The encoder's whole attention fused (scores, softmax and `@ V` per block of rows): heads
+/// of the packed QKV projection in, `[seq, batch, heads * 64]` out (as the output projection
+/// reads it).
+fn bench_attention(threads: usize, head: &dyn Fn(usize, bool) -> Operand) {
+    let spec = AttentionSpec {
+        batch: 64,
+        m: 256,
+        n: 256,
+        d: 64,
+        dv: 64,
+        q: head(0, false),
+        k: head(512, true),
+        v: head(1024, false),
+        scale: 0.125,
+        mask: None,
+        guard: true,
+        out: Operand {
+            offset: 0,
+            batch_stride: 64,
+            row_stride: 8 * 512,
+            col_stride: 1,
+            group: 8,
+            group_stride: 512,
+        },
+    };
+    let qkv = fill(256 * 8 * 1536, 1);
+    let mut out = vec![0f32; 256 * 8 * 512];
+    let secs = time(10, || attention(&spec, &qkv, &qkv, &qkv, None, &mut out));
+    let flops = 4.0 * (64 * 256 * 256 * 64) as f64;
+    report(
+        "attention 64 x softmax(QK^T) @ V, fused",
+        threads,
+        flops,
+        secs,
+    );
+}
+
 fn main() {
+    if std::env::var("FXHLO_BENCH_ATTENTION").is_ok() {
+        let threads = std::env::var("FXHLO_NUM_THREADS").map_or(1, |s| s.parse().expect("threads"));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        let head = |offset: usize, transposed: bool| Operand {
+            offset,
+            batch_stride: 64,
+            row_stride: if transposed { 1 } else { 8 * 1536 },
+            col_stride: if transposed { 8 * 1536 } else { 1 },
+            group: 8,
+            group_stride: 1536,
+        };
+        pool.install(|| bench_attention(threads, &head));
+        return;
+    }
     let counts: Vec<usize> = match std::env::var("FXHLO_NUM_THREADS") {
         Ok(s) => vec![s.parse().expect("FXHLO_NUM_THREADS must be a number")],
         Err(_) => vec![1, 2],
@@ -195,6 +250,7 @@ fn main() {
                 (256 * 8 * 1536, 256 * 8 * 1536),
                 10,
             );
+            bench_attention(threads, &head);
             // Attention values: the softmax [256, 256] of each head @ its V, read as heads of
             // the QKV projection ([seq, batch, 3 x 512], V at 1024).
             let mut spec_v = MatmulSpec::contiguous(64, 256, 64, 256);

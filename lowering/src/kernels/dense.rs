@@ -189,7 +189,7 @@ impl<'g> Args<'g> {
     }
 }
 
-fn static_shape(g: &Graph, v: ValueRef) -> Option<Vec<usize>> {
+pub(crate) fn static_shape(g: &Graph, v: ValueRef) -> Option<Vec<usize>> {
     g.ty(v)
         .shape
         .iter()
@@ -305,7 +305,7 @@ fn read_through<T>(
 
 /// `layout` (rank 2 or 3) as a matmul operand: rows and columns one stride each, the batch at
 /// most two (a grouped batch).
-fn as_operand(layout: &Layout) -> Option<Operand> {
+pub(crate) fn as_operand(layout: &Layout) -> Option<Operand> {
     let r = layout.dims.len();
     if !(2..=3).contains(&r) {
         return None;

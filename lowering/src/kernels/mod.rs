@@ -1,5 +1,6 @@
 //! Kernel plans: turns each kernel of the fusion plan into a step of a runtime program.
 
+pub mod attention;
 pub mod dense;
 pub mod expr;
 pub mod layout;

@@ -107,31 +107,57 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
         }
     }
     let mut report = BuildReport::default();
-    let (mut chains, absorbed) = reduction_chains(g, plan);
+    let (mut chains, mut absorbed) = reduction_chains(g, plan);
+    // Fused attentions, each in place of the last of its kernels; not where a reduction chain
+    // would take some of its kernels together with kernels outside it.
+    let mut attentions: BTreeMap<usize, super::attention::AttentionGroup> = BTreeMap::new();
+    for a in super::attention::find(g, plan) {
+        let mixed = chains.values().any(|c| {
+            let n = c.kernels.iter().filter(|j| a.kernels.contains(j)).count();
+            n > 0 && n < c.kernels.len()
+        });
+        if mixed {
+            continue;
+        }
+        let Some(&last) = a.kernels.last() else {
+            continue;
+        };
+        for &j in &a.kernels {
+            chains.remove(&j);
+            absorbed.insert(j);
+        }
+        absorbed.remove(&last);
+        attentions.insert(last, a);
+    }
     for (i, k) in plan.kernels.iter().enumerate() {
         if absorbed.contains(&i) {
             continue;
         }
-        let steps = match chains.remove(&i) {
-            Some(Chain {
-                kernels,
-                kernel,
-                slots,
-            }) => {
-                let ks: Vec<&FusionKernel> = kernels.iter().map(|&j| &plan.kernels[j]).collect();
-                match row_step(g, &ks, kernel, &slots, &mut vals) {
-                    Ok(s) => vec![s],
-                    // Not expected (the chain compiled when it was found): the kernels alone.
-                    Err(_) => {
-                        let mut steps = vec![];
-                        for k in ks {
-                            steps.extend(build_kernel(g, k, &mut vals)?);
+        let steps = if let Some(a) = attentions.remove(&i) {
+            vec![attention_step(g, &a, &mut vals)?]
+        } else {
+            match chains.remove(&i) {
+                Some(Chain {
+                    kernels,
+                    kernel,
+                    slots,
+                }) => {
+                    let ks: Vec<&FusionKernel> =
+                        kernels.iter().map(|&j| &plan.kernels[j]).collect();
+                    match row_step(g, &ks, kernel, &slots, &mut vals) {
+                        Ok(s) => vec![s],
+                        // Not expected (the chain compiled when it was found): the kernels alone.
+                        Err(_) => {
+                            let mut steps = vec![];
+                            for k in ks {
+                                steps.extend(build_kernel(g, k, &mut vals)?);
+                            }
+                            steps
                         }
-                        steps
                     }
                 }
+                None => build_kernel(g, k, &mut vals)?,
             }
-            None => build_kernel(g, k, &mut vals)?,
         };
         for s in steps {
             for &d in &s.dsts {
@@ -156,6 +182,24 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
     }
     program.values = vals.specs;
     Ok((program, report))
+}
+
+/// The step of a fused attention.
+fn attention_step(
+    g: &Graph,
+    a: &super::attention::AttentionGroup,
+    vals: &mut Values<'_>,
+) -> Result<Step, String> {
+    let srcs = operand_ids(g, &a.inputs, &BTreeSet::new(), vals)?;
+    let dst = vals.id(a.output)?;
+    let launch = launch(vals, &srcs, &[dst], vec![a.spec.batch, 1]);
+    Ok(Step {
+        nodes: a.nodes.iter().map(|&i| g.nodes[i].name.clone()).collect(),
+        srcs,
+        dsts: vec![dst],
+        launch,
+        kernel: Kernel::Attention(Box::new(a.spec.clone())),
+    })
 }
 
 /// The steps of one fusion kernel: the fast families first, the fallback otherwise.

@@ -841,6 +841,16 @@ fn run_kernel(
         (Kernel::Gather(spec), [Dst::F32(out)]) => {
             super::gather::gather(spec, f32_src(srcs, 0)?, i64_src(srcs, 1)?, out)
         }
+        (Kernel::Attention(spec), [Dst::F32(out)]) => {
+            let mask = if spec.mask.is_some() {
+                Some(f32_src(srcs, 3)?)
+            } else {
+                None
+            };
+            let (q, k, v) = (f32_src(srcs, 0)?, f32_src(srcs, 1)?, f32_src(srcs, 2)?);
+            super::attention::attention(spec, q, k, v, mask, out);
+            Ok(())
+        }
         (k, _) => Err(format!("{} kernel with unexpected results", k.kind())),
     }
 }
@@ -932,6 +942,21 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
             gs.validate(
                 len(s.srcs.first()).unwrap_or(0),
                 len(s.srcs.get(1)).unwrap_or(0),
+                len(s.dsts.first()).unwrap_or(0),
+            )
+        }
+        Kernel::Attention(a) => {
+            let n_op = 3 + a.mask.is_some() as usize;
+            want(n_src == n_op && n_dst == 1, "attention operand count")?;
+            want(
+                all_f32(&s.srcs) && all_f32(&s.dsts),
+                "attention operands must be f32",
+            )?;
+            a.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                len(s.srcs.get(1)).unwrap_or(0),
+                len(s.srcs.get(2)).unwrap_or(0),
+                len(s.srcs.get(3)),
                 len(s.dsts.first()).unwrap_or(0),
             )
         }

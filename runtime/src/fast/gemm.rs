@@ -89,7 +89,12 @@ impl Operand {
 
     /// The largest index read for a `batch x rows x cols` view, or `None` when the view is
     /// empty; `Err` on overflow.
-    fn max_index(&self, batch: usize, rows: usize, cols: usize) -> Result<Option<usize>, String> {
+    pub(crate) fn max_index(
+        &self,
+        batch: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<usize>, String> {
         if batch == 0 || rows == 0 || cols == 0 {
             return Ok(None);
         }
@@ -110,7 +115,7 @@ impl Operand {
         Ok(Some(last))
     }
 
-    fn check(
+    pub(crate) fn check(
         &self,
         what: &str,
         batch: usize,

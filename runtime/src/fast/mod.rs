@@ -4,6 +4,7 @@
 //! fusion plan, compiled for a block-wise executor, or a fallback to the reference interpreter
 //! for what no fast kernel covers yet (listed by `fxhlo run --stats`).
 
+pub mod attention;
 pub mod conv;
 pub mod expr;
 pub mod gather;

@@ -143,6 +143,9 @@ pub enum Kernel {
     Pool(super::pool::PoolSpec),
     /// Row gather (`embedding`, `index_select`): sources the table and the indices.
     Gather(super::gather::GatherSpec),
+    /// Fused scaled dot-product attention: sources the queries, keys, values and, with a
+    /// mask, the mask; destination the (possibly permuted) result.
+    Attention(Box<super::attention::AttentionSpec>),
 }
 
 impl Kernel {
@@ -156,6 +159,7 @@ impl Kernel {
             Kernel::Conv { .. } => "conv",
             Kernel::Pool(_) => "pool",
             Kernel::Gather(_) => "gather",
+            Kernel::Attention(_) => "attention",
         }
     }
 }

@@ -210,18 +210,26 @@ impl PackedB {
     /// # Safety
     /// Every element of `b` must be readable.
     pub unsafe fn new(b: &Mat, k: usize, n: usize) -> PackedB {
-        let nr = arch().nr;
-        let np = n.next_multiple_of(nr);
-        let len = k * np;
+        let len = Self::len_for(k, n);
         let mut data = vec![0f32; len + 16];
         let off = data.as_ptr().align_offset(64).min(15);
-        let dst = &mut data[off..off + len];
+        Self::pack_into(b, k, n, &mut data[off..off + len]);
+        PackedB { data, off, k, n }
+    }
+
+    /// Packs the `k x n` matrix `b` into `dst` ([`PackedB::len_for`]`(k, n)` elements), in
+    /// the same layout as [`PackedB::new`], for a caller that reuses its buffer.
+    ///
+    /// # Safety
+    /// Every element of `b` must be readable.
+    pub unsafe fn pack_into(b: &Mat, k: usize, n: usize, dst: &mut [f32]) {
+        let nr = arch().nr;
+        let np = n.next_multiple_of(nr);
         let kb = kc_for(k);
         for p0 in (0..k).step_by(kb) {
             let kc = kb.min(k - p0);
             pack_b(b, p0, kc, 0, n, nr, &mut dst[p0 * np..(p0 + kc) * np]);
         }
-        PackedB { data, off, k, n }
     }
 
     /// Elements of the packed layout of a `k x n` matrix for this CPU's micro-kernel.
@@ -271,18 +279,31 @@ impl PackedA {
     /// # Safety
     /// Every element of `a` must be readable.
     pub unsafe fn new(a: &Mat, m: usize, k: usize) -> PackedA {
-        let mr = arch_for(m).mr;
-        let mp = m.next_multiple_of(mr);
-        let len = k * mp;
+        let len = Self::len_for(m, k);
         let mut data = vec![0f32; len + 16];
         let off = data.as_ptr().align_offset(64).min(15);
-        let dst = &mut data[off..off + len];
+        Self::pack_into(a, m, k, &mut data[off..off + len]);
+        PackedA { data, off, m, k }
+    }
+
+    /// Elements of the packed layout of an `m x k` matrix for this CPU's micro-kernel.
+    pub fn len_for(m: usize, k: usize) -> usize {
+        k * m.next_multiple_of(arch_for(m).mr)
+    }
+
+    /// Packs the `m x k` matrix `a` into `dst` ([`PackedA::len_for`]`(m, k)` elements), in
+    /// the same layout as [`PackedA::new`], for a caller that reuses its buffer.
+    ///
+    /// # Safety
+    /// Every element of `a` must be readable.
+    pub unsafe fn pack_into(a: &Mat, m: usize, k: usize, dst: &mut [f32]) {
+        let mr = arch_for(m).mr;
+        let mp = m.next_multiple_of(mr);
         let kb = kc_for(k);
         for p0 in (0..k).step_by(kb) {
             let kc = kb.min(k - p0);
             pack_a(a, 0, m, p0, kc, mr, &mut dst[p0 * mp..(p0 + kc) * mp]);
         }
-        PackedA { data, off, m, k }
     }
 
     /// The packed values.
@@ -522,10 +543,14 @@ mod x86 {
                 };
                 let (k0, k1) = (mask(n), mask(n.saturating_sub(16)));
                 let post = post.map(|(p, j0)| TilePost::new(p, j0, k0, k1));
+                // Rows are stored by constant index (`$i`), never by a loop over `acc`: an
+                // accumulator indexed at run time keeps `acc` in memory, and the 12-row
+                // kernel then stored all 24 accumulators to the stack on every step of `k`
+                // (45% slower).
                 if m == $mr && n == 32 {
-                    for i in 0..$mr {
-                        let p = c.add(i * ldc);
-                        let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
+                    $({
+                        let p = c.add($i * ldc);
+                        let (mut v0, mut v1) = (acc[2 * $i], acc[2 * $i + 1]);
                         if accumulate {
                             v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
                             v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
@@ -535,26 +560,28 @@ mod x86 {
                         }
                         _mm512_storeu_ps(p, v0);
                         _mm512_storeu_ps(p.add(16), v1);
-                    }
+                    })*
                     return;
                 }
-                for i in 0..m.min($mr) {
-                    let p = c.add(i * ldc);
-                    let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-                    if accumulate {
-                        v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, p), v0);
+                $(
+                    if $i < m {
+                        let p = c.add($i * ldc);
+                        let (mut v0, mut v1) = (acc[2 * $i], acc[2 * $i + 1]);
+                        if accumulate {
+                            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, p), v0);
+                            if k1 != 0 {
+                                v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, p.add(16)), v1);
+                            }
+                        }
+                        if let Some(t) = &post {
+                            (v0, v1) = t.apply(v0, v1);
+                        }
+                        _mm512_mask_storeu_ps(p, k0, v0);
                         if k1 != 0 {
-                            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, p.add(16)), v1);
+                            _mm512_mask_storeu_ps(p.add(16), k1, v1);
                         }
                     }
-                    if let Some(t) = &post {
-                        (v0, v1) = t.apply(v0, v1);
-                    }
-                    _mm512_mask_storeu_ps(p, k0, v0);
-                    if k1 != 0 {
-                        _mm512_mask_storeu_ps(p.add(16), k1, v1);
-                    }
-                }
+                )*
             }
         };
     }
@@ -1056,7 +1083,7 @@ thread_local! {
 }
 
 /// A 64-byte aligned window of `len` floats inside `v` (grown as needed).
-fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+pub(crate) fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if v.len() < len + 16 {
         v.resize(len + 16, 0.0);
     }
@@ -1077,6 +1104,18 @@ unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize,
             for i in r + mr..(r + 2 * mr).min(r0 + mc) {
                 super::simd::prefetch(a.row(i).wrapping_add(p0), kc);
             }
+        }
+        // A transposed operand (columns contiguous): each step of `k` is `rows` contiguous
+        // values.
+        if a.rs == 1 && a.group == usize::MAX {
+            let src = a.ptr.wrapping_add(r);
+            for l in 0..kc {
+                let col = src.wrapping_offset((p0 + l) as isize * a.cs);
+                let d = &mut panel[l * mr..(l + 1) * mr];
+                d[..rows].copy_from_slice(std::slice::from_raw_parts(col, rows));
+                d[rows..].fill(0.0);
+            }
+            continue;
         }
         let one_group = a.group == usize::MAX || r / a.group == (r + rows - 1) / a.group;
         #[cfg(target_arch = "x86_64")]
