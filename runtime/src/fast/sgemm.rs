@@ -666,27 +666,31 @@ mod x86 {
                     )*
                     ap = ap.add($mr);
                 }
-                for i in 0..m.min($mr) {
-                    let p = c.add(i * ldc);
-                    let (mut v0, mut v1) = (acc[2 * i], acc[2 * i + 1]);
-                    if accumulate {
-                        v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+                // Rows by constant index, as in `avx512_kernel!` (a loop kept `acc` in
+                // memory: the 12-row kernel stored its accumulators at every step of `k`).
+                $(
+                    if $i < m {
+                        let p = c.add($i * ldc);
+                        let (mut v0, mut v1) = (acc[2 * $i], acc[2 * $i + 1]);
+                        if accumulate {
+                            v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+                            if wide {
+                                v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+                            }
+                        }
+                        if !post.bias.is_null() {
+                            let b = _mm512_set1_ps(*post.bias.add($i));
+                            (v0, v1) = (_mm512_add_ps(v0, b), _mm512_add_ps(v1, b));
+                        }
+                        if post.relu {
+                            (v0, v1) = (relu16(v0), relu16(v1));
+                        }
+                        _mm512_storeu_ps(p, v0);
                         if wide {
-                            v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+                            _mm512_storeu_ps(p.add(16), v1);
                         }
                     }
-                    if !post.bias.is_null() {
-                        let b = _mm512_set1_ps(*post.bias.add(i));
-                        (v0, v1) = (_mm512_add_ps(v0, b), _mm512_add_ps(v1, b));
-                    }
-                    if post.relu {
-                        (v0, v1) = (relu16(v0), relu16(v1));
-                    }
-                    _mm512_storeu_ps(p, v0);
-                    if wide {
-                        _mm512_storeu_ps(p.add(16), v1);
-                    }
-                }
+                )*
             }
         };
     }
