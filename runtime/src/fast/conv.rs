@@ -402,6 +402,10 @@ fn gemm_image(
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
+    if let (true, Some(pk)) = (spec.implicit_ok(), packed) {
+        implicit_image(spec, img, x, pk, post, out, epilogue);
+        return;
+    }
     let g = spec.groups;
     let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
     let kdim = cin_g * spec.kh * spec.kw;
@@ -413,14 +417,6 @@ fn gemm_image(
     // Few jobs in all (e.g. one image of a late, small-spatial layer): split each product over
     // the pool as well (the GEMM never splits `k`, so the bits stay the same).
     let inner = spec.n * g * tiles < 4;
-    let padded = (spec.implicit_ok() && packed.is_some()).then(|| {
-        Padded::new(
-            spec,
-            x,
-            PADDED.with(|b| std::mem::take(&mut *b.borrow_mut())),
-        )
-    });
-    let padded_ref = padded.as_ref();
     (0..g * tiles).into_par_iter().for_each(|job| {
         let (grp, t) = (job / tiles, job % tiles);
         let p0 = t * tile;
@@ -478,32 +474,7 @@ fn gemm_image(
                 }
             }
         };
-        // Whether the GEMM applied `post` as it stored the tile.
-        let mut applied = false;
-        if let (Some(pad), Some(pk)) = (padded_ref, packed) {
-            // Implicit GEMM: the taps of 16 consecutive positions of one output row read
-            // straight from the zero-padded input.
-            let pg = &pad.data[grp * cin_g * pad.plane..(grp + 1) * cin_g * pad.plane];
-            let bases: Vec<*const f32> = (0..nt / 16)
-                .map(|jb| {
-                    let q = p0 + 16 * jb;
-                    pg[(q / spec.ow) * pad.row + q % spec.ow..].as_ptr()
-                })
-                .collect();
-            let fused = sgemm::Post {
-                bias: post
-                    .bias
-                    .map_or(std::ptr::null(), |b| b[grp * cout_g..].as_ptr()),
-                relu: post.relu,
-            };
-            // SAFETY: `pad` holds every tap (checked by `Padded::new`), the weights are
-            // packed for `cout_g x kdim`, `dst` is this job's rectangle (see above), and the
-            // bias holds this group's `cout_g` rows.
-            let done =
-                unsafe { sgemm::gemm_indirect(&pk.a[grp], &bases, &pad.offs, dst, p, fused) };
-            debug_assert!(done, "implicit_ok checked the kernel");
-            applied = done;
-        } else if pointwise && wt.is_some() {
+        if pointwise && wt.is_some() {
             transposed(Mat::new(xg[p0..].as_ptr(), 1, hw as isize));
         } else if pointwise {
             run(&xg[p0..], hw, false);
@@ -534,17 +505,111 @@ fn gemm_image(
         }
         // SAFETY: this job's rectangle, as above.
         let mut tile = unsafe { Tile::new(out.get(), p, row0..row0 + cout_g, p0..p0 + nt) };
-        if !applied {
-            for co in 0..cout_g {
-                let bv = post.bias.map(|b| b[grp * cout_g + co]);
-                apply_post(tile.row(row0 + co), bv, post.relu);
-            }
+        for co in 0..cout_g {
+            let bv = post.bias.map(|b| b[grp * cout_g + co]);
+            apply_post(tile.row(row0 + co), bv, post.relu);
         }
         epilogue(&mut tile);
     });
-    if let Some(p) = padded {
-        PADDED.with(|b| *b.borrow_mut() = p.data);
+}
+
+/// Bytes of zero-padded input per band of [`implicit_image`]: about a quarter of L2, so that
+/// the band stays there while its tiles read it.
+const BAND_BYTES: usize = 512 << 10;
+
+/// Image `img` as an implicit GEMM (see [`sgemm::gemm_indirect`]), in bands of whole output
+/// rows: each band's input rows (with the rows above and below that its taps reach) are
+/// copied zero-padded into a buffer of about [`BAND_BYTES`], which the band's tiles then read
+/// their taps from while it is in L2. (A whole padded image, 2 MiB for 32 channels of 128 x
+/// 128, left L2 before its tiles read it.) The bias and a ReLU are applied in the micro-kernel
+/// as each tile is stored.
+fn implicit_image(
+    spec: &ConvSpec,
+    img: usize,
+    x: &[f32],
+    pk: &ConvPacked,
+    post: Post<'_>,
+    out: SendPtr,
+    epilogue: &(dyn Fn(&mut Tile) + Sync),
+) {
+    let g = spec.groups;
+    let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
+    let [ph, pw] = spec.padding;
+    let [dh, dw] = spec.dilation;
+    let (h, w, ow) = (spec.h, spec.w, spec.ow);
+    let p = spec.oh * ow;
+    let wp = w + 2 * pw;
+    let halo = (spec.kh - 1) * dh;
+    // Jobs of whole output rows (each row is whole 16-position micro-panels), bands of whole
+    // jobs.
+    let tile_rows = (spec.tile_cols() / ow).max(1);
+    let fit = (BAND_BYTES / (4 * spec.cin * wp).max(1)).saturating_sub(halo);
+    let band_rows = (fit / tile_rows).max(1) * tile_rows;
+    let plane = (band_rows.min(spec.oh) + halo) * wp;
+    let mut offs = Vec::with_capacity(cin_g * spec.kh * spec.kw);
+    for ci in 0..cin_g {
+        for ky in 0..spec.kh {
+            for kx in 0..spec.kw {
+                offs.push(ci * plane + ky * dh * wp + kx * dw);
+            }
+        }
     }
+    let mut data = PADDED.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    data.resize(spec.cin * plane, 0.0);
+    for y0 in (0..spec.oh).step_by(band_rows) {
+        let y1 = (y0 + band_rows).min(spec.oh);
+        // Padded row `r` of each channel is input row `y0 + r - ph` (zeros outside the image).
+        for (ci, pl) in data.chunks_exact_mut(plane).enumerate() {
+            for (r, row) in pl.chunks_exact_mut(wp).take(y1 - y0 + halo).enumerate() {
+                match (y0 + r).checked_sub(ph).filter(|&iy| iy < h) {
+                    Some(iy) => {
+                        row[..pw].fill(0.0);
+                        row[pw..pw + w].copy_from_slice(&x[(ci * h + iy) * w..][..w]);
+                        row[pw + w..].fill(0.0);
+                    }
+                    None => row.fill(0.0),
+                }
+            }
+        }
+        let data = &data[..];
+        let offs = &offs[..];
+        let jobs = (y1 - y0).div_ceil(tile_rows);
+        (0..g * jobs).into_par_iter().for_each(|job| {
+            let (grp, t) = (job / jobs, job % jobs);
+            let r0 = y0 + t * tile_rows;
+            let r1 = (r0 + tile_rows).min(y1);
+            let (p0, nt) = (r0 * ow, (r1 - r0) * ow);
+            let row0 = img * spec.cout + grp * cout_g;
+            let pg = &data[grp * cin_g * plane..(grp + 1) * cin_g * plane];
+            let bases: Vec<*const f32> = (0..nt / 16)
+                .map(|jb| {
+                    let q = p0 + 16 * jb;
+                    pg[(q / ow - y0) * wp + q % ow..].as_ptr()
+                })
+                .collect();
+            let fused = sgemm::Post {
+                bias: post
+                    .bias
+                    .map_or(std::ptr::null(), |b| b[grp * cout_g..].as_ptr()),
+                relu: post.relu,
+            };
+            // SAFETY: every tap of these positions is inside the band (its rows `r0 - y0 ..
+            // r1 - y0 + halo` and columns up to `ow - 1 + (kw - 1) * dw = wp - 1` of each
+            // channel's plane), the weights are packed for `cout_g x kdim`, the job writes
+            // rows `row0..row0 + cout_g`, columns `p0..p0 + nt` of the output viewed as
+            // `[n * cout, p]` (jobs own disjoint rectangles), and the bias holds this group's
+            // `cout_g` rows.
+            let done = unsafe {
+                let dst = out.get().add(row0 * p + p0);
+                sgemm::gemm_indirect(&pk.a[grp], &bases, offs, dst, p, fused)
+            };
+            assert!(done, "implicit_ok checked the kernel");
+            // SAFETY: this job's rectangle, as above.
+            let mut tile = unsafe { Tile::new(out.get(), p, row0..row0 + cout_g, p0..p0 + nt) };
+            epilogue(&mut tile);
+        });
+    }
+    PADDED.with(|b| *b.borrow_mut() = data);
 }
 
 /// Adds `bias` to each element of `row`, then applies the ReLU if `relu`.
@@ -562,59 +627,8 @@ fn apply_post(row: &mut [f32], bias: Option<f32>, relu: bool) {
 }
 
 thread_local! {
-    /// Each thread's buffer for [`Padded`] images, kept across calls.
+    /// Each thread's buffer for the padded bands of [`implicit_image`], kept across calls.
     static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// One image's input, zero-padded on every side, for the implicit GEMM of a stride-1
-/// convolution, with the offset of each tap row `(ci, ky, kx)` of the GEMM.
-struct Padded {
-    data: Vec<f32>,
-    /// Floats per padded row and per padded channel plane.
-    row: usize,
-    plane: usize,
-    /// Per GEMM row `(ci * kh + ky) * kw + kx` (inside one group): where output position
-    /// `(0, 0)`'s tap is, relative to the group's first plane.
-    offs: Vec<usize>,
-}
-
-impl Padded {
-    /// Pads image `x` into `data` (a reused buffer: this thread's, taken from [`PADDED`]).
-    fn new(spec: &ConvSpec, x: &[f32], mut data: Vec<f32>) -> Padded {
-        let [ph, pw] = spec.padding;
-        let [dh, dw] = spec.dilation;
-        let (h, w) = (spec.h, spec.w);
-        let (hp, wp) = (h + 2 * ph, w + 2 * pw);
-        // Every element is written once: the border rows and columns with zeros, the rest
-        // with the image (no zero fill of the whole buffer first).
-        data.resize(spec.cin * hp * wp, 0.0);
-        for (ci, plane) in data.chunks_exact_mut(hp * wp).enumerate() {
-            plane[..ph * wp].fill(0.0);
-            plane[(ph + h) * wp..].fill(0.0);
-            for y in 0..h {
-                let src = &x[(ci * h + y) * w..(ci * h + y + 1) * w];
-                let row = &mut plane[(y + ph) * wp..(y + ph + 1) * wp];
-                row[..pw].fill(0.0);
-                row[pw..pw + w].copy_from_slice(src);
-                row[pw + w..].fill(0.0);
-            }
-        }
-        let cin_g = spec.cin / spec.groups;
-        let mut offs = Vec::with_capacity(cin_g * spec.kh * spec.kw);
-        for ci in 0..cin_g {
-            for ky in 0..spec.kh {
-                for kx in 0..spec.kw {
-                    offs.push(ci * hp * wp + ky * dh * wp + kx * dw);
-                }
-            }
-        }
-        Padded {
-            data,
-            row: wp,
-            plane: hp * wp,
-            offs,
-        }
-    }
 }
 
 /// For kernel column `kx`: the output columns `lo..hi` whose tap lies inside an input row of
