@@ -1398,10 +1398,10 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
     for p in problems.iter_mut() {
         let size = p.m.next_multiple_of(mr).saturating_mul(p.k);
         if p.packed_a.is_null() && p.n > 16 * nr && p.k > 0 && size <= SHARED_A_MAX {
-            let mut buf = vec![0f32; size + 16];
-            let off = buf.as_ptr().align_offset(64).min(15);
-            pack_a_parallel(p, mr, &mut buf[off..off + size]);
-            p.packed_a = buf[off..].as_ptr();
+            let mut buf = take_shared(size);
+            let dst = aligned(&mut buf, size);
+            pack_a_parallel(p, mr, dst);
+            p.packed_a = dst.as_ptr();
             shared_a.push(buf);
         }
     }
@@ -1437,6 +1437,42 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
         });
         finish(i, r0..r0 + mc, c0..c0 + nc);
     });
+    SHARED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(shared_a);
+}
+
+/// Buffers of [`prepacked`]'s shared packed `A`, kept for the next products: a fresh buffer of
+/// several MiB is zeroed by the kernel page by page as it is first written, on every call (the
+/// encoder's linear layers allocated 24 MiB per run, 3% of its time on one thread in page
+/// faults). At most [`SHARED_KEPT`] are kept.
+static SHARED: std::sync::Mutex<Vec<Vec<f32>>> = std::sync::Mutex::new(Vec::new());
+
+/// Buffers [`SHARED`] keeps (a product takes one per problem; models have one or two).
+const SHARED_KEPT: usize = 4;
+
+/// A kept buffer for at least `len` floats (see [`aligned`]), the smallest that fits, or a new
+/// one; the oldest beyond [`SHARED_KEPT`] are dropped.
+fn take_shared(len: usize) -> Vec<f32> {
+    let mut kept = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    while kept.len() > SHARED_KEPT {
+        kept.remove(0);
+    }
+    let fit = (0..kept.len())
+        .filter(|&i| kept[i].len() >= len + 16)
+        .min_by_key(|&i| kept[i].len());
+    match fit {
+        Some(i) => kept.remove(i),
+        // The largest, grown (its old contents are overwritten by the packing).
+        None => kept
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i)
+            .map(|i| kept.remove(i))
+            .unwrap_or_default(),
+    }
 }
 
 /// How [`prepacked`] cuts a product of `tm x tn` micro-tiles into at least `share` tasks:
