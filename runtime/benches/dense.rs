@@ -1,7 +1,8 @@
 //! Dense kernel throughput in GFLOP/s: `cargo bench -p fxhlo-runtime --bench dense`.
 //!
 //! Plain `Instant`-based timing, best of a few runs, for 1 and 2 threads (or only the count in
-//! `FXHLO_NUM_THREADS`). Peers (torch, numpy) are compared elsewhere.
+//! `FXHLO_NUM_THREADS`). Peers (torch, numpy) are compared elsewhere. `FXHLO_BENCH_ATTENTION=1`
+//! times only the fused attention (on `FXHLO_NUM_THREADS`, default 1).
 
 use fxhlo_runtime::fast::attention::{attention, AttentionSpec};
 use fxhlo_runtime::fast::conv::{conv2d, ConvSpec};
@@ -110,10 +111,24 @@ fn bench_conv(threads: usize, name: &str, spec: &ConvSpec, reps: usize) {
     report(name, threads, spec.flops() as f64, secs);
 }
 
+/// Head `h` of sequence `b` of a packed QKV projection (`[seq 256, batch 8, 3 x 512]`, at `b *
+/// 1536 + h * 64`) from `offset` (0 for q, 512 for k, 1024 for v), transposed for k.
+fn qkv_head(offset: usize, transposed: bool) -> Operand {
+    Operand {
+        offset,
+        batch_stride: 64,
+        row_stride: if transposed { 1 } else { 8 * 1536 },
+        col_stride: if transposed { 8 * 1536 } else { 1 },
+        group: 8,
+        group_stride: 1536,
+    }
+}
+
 /// The encoder's whole attention fused (scores, softmax and `@ V` per block of rows): heads
 /// of the packed QKV projection in, `[seq, batch, heads * 64]` out (as the output projection
 /// reads it).
-fn bench_attention(threads: usize, head: &dyn Fn(usize, bool) -> Operand) {
+fn bench_attention(threads: usize) {
+    let head = qkv_head;
     let spec = AttentionSpec {
         batch: 64,
         m: 256,
@@ -154,15 +169,7 @@ fn main() {
             .num_threads(threads)
             .build()
             .expect("pool");
-        let head = |offset: usize, transposed: bool| Operand {
-            offset,
-            batch_stride: 64,
-            row_stride: if transposed { 1 } else { 8 * 1536 },
-            col_stride: if transposed { 8 * 1536 } else { 1 },
-            group: 8,
-            group_stride: 1536,
-        };
-        pool.install(|| bench_attention(threads, &head));
+        pool.install(|| bench_attention(threads));
         return;
     }
     let counts: Vec<usize> = match std::env::var("FXHLO_NUM_THREADS") {
@@ -229,16 +236,9 @@ fn main() {
             spec_t.b.row_stride = 1;
             spec_t.b.col_stride = 64;
             bench_matmul(threads, "bmm 64 x (256x64 @ (256x64)^T)", &spec_t, 10);
-            // ... and both read as heads of a packed QKV projection ([seq 256, batch 8, 3 x 512],
-            // head h of sequence b at b * 1536 + h * 64), as the encoder's attention does.
-            let head = |offset: usize, transposed: bool| Operand {
-                offset,
-                batch_stride: 64,
-                row_stride: if transposed { 1 } else { 8 * 1536 },
-                col_stride: if transposed { 8 * 1536 } else { 1 },
-                group: 8,
-                group_stride: 1536,
-            };
+            // ... and both read as heads of a packed QKV projection, as the encoder's attention
+            // does.
+            let head = qkv_head;
             let mut spec_qkv = spec.clone();
             spec_qkv.a = head(0, false);
             spec_qkv.b = head(512, true);
@@ -250,7 +250,7 @@ fn main() {
                 (256 * 8 * 1536, 256 * 8 * 1536),
                 10,
             );
-            bench_attention(threads, &head);
+            bench_attention(threads);
             // Attention values: the softmax [256, 256] of each head @ its V, read as heads of
             // the QKV projection ([seq, batch, 3 x 512], V at 1024).
             let mut spec_v = MatmulSpec::contiguous(64, 256, 64, 256);
