@@ -81,6 +81,27 @@ impl AttentionSpec {
         if total == 0 {
             return Ok(());
         }
+        // Each worker packs one entry's keys and values and keeps a block of scores: a spec
+        // of absurd sizes over broadcast (zero-stride) views is refused, not allocated.
+        let scratch = self
+            .d
+            .checked_add(self.dv)
+            .and_then(|x| x.checked_add(4 * 32))
+            .and_then(|x| x.checked_mul(self.n.max(1)))
+            .and_then(|x| x.checked_add(32 * (self.d + self.dv)));
+        match scratch {
+            Some(f) if f <= MAX_SCRATCH => {}
+            _ => {
+                return Err(format!(
+                    "an attention over {} keys of depth {} with {} value columns needs more \
+                     than {} MiB of scratch per thread",
+                    self.n,
+                    self.d,
+                    self.dv,
+                    (MAX_SCRATCH * 4) >> 20
+                ))
+            }
+        }
         let (b, m, n) = (self.batch, self.m, self.n);
         self.q.check("attention queries", b, m, self.d, q_len)?;
         self.k.check("attention keys", b, self.d, n, k_len)?;
@@ -106,6 +127,10 @@ impl AttentionSpec {
         Ok(())
     }
 }
+
+/// The most floats of scratch one worker may need (packed keys and values, a block of scores
+/// and probabilities, the block's queries and output): 256 MiB.
+const MAX_SCRATCH: usize = 1 << 26;
 
 /// Whether a `batch x rows x cols` view puts every element at its own index: sorted by
 /// stride, each dimension's stride passes the furthest index of the dimensions below it.
@@ -623,5 +648,11 @@ mod tests {
         let mut bad = spec.clone();
         bad.out.col_stride = 2;
         assert!(bad.validate(n_qkv, n_qkv, n_qkv, None, 512).is_err());
+        // A billion keys read through zero strides: refused before any scratch is allocated.
+        let mut huge = spec.clone();
+        huge.n = 1 << 30;
+        (huge.k.col_stride, huge.v.row_stride) = (0, 0);
+        let err = huge.validate(n_qkv, n_qkv, n_qkv, None, 512).unwrap_err();
+        assert!(err.contains("scratch"), "{err}");
     }
 }
