@@ -191,3 +191,32 @@ fn every_compiled_attention_step_is_checked_before_it_runs() {
     let err = Executor::new(a, &ExecOptions::default()).err().unwrap();
     assert!(err.to_string().contains("twice"), "{err}");
 }
+
+#[test]
+fn a_mask_computed_inside_the_softmax_kernel_is_computed_first() {
+    // GPT-2's causal mask, `where(keep, 0, -inf)`, is cheap enough that the softmax's fusion
+    // kernel computes it itself and nothing stores it: an elementwise step computes it before
+    // the attention step. (Random `keep`: some rows are fully masked, NaN on both sides.)
+    let text = r#"graph {
+  %q: f32[1, 2, 8, 4] = input
+  %k: f32[1, 2, 8, 4] = input
+  %v: f32[1, 2, 8, 4] = input
+  %keep: bool[1, 1, 8, 8] = input
+  %zero: f32[] = aten.full.default(size=[], fill_value=0, dtype=f32)
+  %ninf: f32[] = aten.full.default(size=[], fill_value=-inf, dtype=f32)
+  %mask: f32[1, 1, 8, 8] = aten.where.self(%keep, %zero, %ninf)
+  %qv: f32[2, 8, 4] = aten.view.default(%q, size=[2, 8, 4])
+  %kt: f32[1, 2, 4, 8] = aten.permute.default(%k, dims=[0, 1, 3, 2])
+  %ktv: f32[2, 4, 8] = aten.view.default(%kt, size=[2, 4, 8])
+  %s: f32[2, 8, 8] = aten.bmm.default(%qv, %ktv)
+  %s4: f32[1, 2, 8, 8] = aten.view.default(%s, size=[1, 2, 8, 8])
+  %sc: f32[1, 2, 8, 8] = aten.mul.Scalar(%s4, other=0.5)
+  %sm: f32[1, 2, 8, 8] = aten.add.Tensor(%mask, %sc)
+  %p: f32[1, 2, 8, 8] = aten._softmax.default(%sm, dim=-1, half_to_float=false)
+  %pv: f32[2, 8, 8] = aten.view.default(%p, size=[2, 8, 8])
+  %vv: f32[2, 8, 4] = aten.view.default(%v, size=[2, 8, 4])
+  %o: f32[2, 8, 4] = aten.bmm.default(%pv, %vv)
+  return %o
+}"#;
+    assert_eq!(run(text, &[]), ["elementwise", "attention"]);
+}

@@ -153,16 +153,6 @@ fn group(
         .filter(|(_, k)| k.nodes.iter().any(|i| inside.contains(i)))
         .map(|(i, _)| i)
         .collect();
-    let owned: BTreeSet<NodeId> = kernels
-        .iter()
-        .flat_map(|&i| {
-            plan.kernels[i]
-                .nodes
-                .iter()
-                .chain(&plan.kernels[i].recomputed)
-        })
-        .copied()
-        .collect();
     for &ki in &kernels {
         let k = &plan.kernels[ki];
         // Only the result leaves the group, and nothing after the second `bmm` is in it.
@@ -184,14 +174,21 @@ fn group(
     }
     // The operands must be values the program stores: inputs, constants or results of
     // kernels outside the group.
-    for &v in &inputs {
-        let stored = !matches!(g.nodes[v.node].kind, NodeKind::Op(_))
+    let stored = |v: ValueRef| {
+        !matches!(g.nodes[v.node].kind, NodeKind::Op(_))
             || plan
                 .kernels
                 .iter()
                 .enumerate()
-                .any(|(i, k)| !kernels.contains(&i) && k.outputs.contains(&v));
-        if !stored || owned.contains(&v.node) {
+                .any(|(i, k)| !kernels.contains(&i) && k.outputs.contains(&v))
+    };
+    for (slot, &v) in inputs.iter().enumerate() {
+        if stored(v) {
+            continue;
+        }
+        // A mask that no kernel stores (recomputed inside the softmax's kernel, as GPT-2's
+        // causal mask is) is computed by an elementwise step first, from stored values.
+        if slot != 3 || !computable(g, v, &inside, &stored) {
             return None;
         }
     }
@@ -217,6 +214,35 @@ fn group(
         output,
         nodes: c.nodes.clone(),
     })
+}
+
+/// Whether `v` can be computed by elementwise and view ops alone, outside the group
+/// (`inside`), from values that are `stored` (at most 64 nodes).
+fn computable(
+    g: &Graph,
+    v: ValueRef,
+    inside: &BTreeSet<NodeId>,
+    stored: &dyn Fn(ValueRef) -> bool,
+) -> bool {
+    use fxhlo_passes::fusion::{classify, Class};
+    let mut seen = BTreeSet::new();
+    let mut work = vec![v];
+    while let Some(x) = work.pop() {
+        if stored(x) || !seen.insert(x.node) {
+            continue;
+        }
+        let Some(op) = g.nodes[x.node].op() else {
+            return false;
+        };
+        if inside.contains(&x.node)
+            || seen.len() > 64
+            || !matches!(classify(op), Class::Elementwise | Class::View)
+        {
+            return false;
+        }
+        work.extend(g.nodes[x.node].args.iter().flat_map(|a| a.values()));
+    }
+    true
 }
 
 /// Whether `where` node `w` is `where(logical_not(any(logical_not(x == -inf), -1, keepdim)),

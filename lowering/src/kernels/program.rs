@@ -134,7 +134,17 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
             continue;
         }
         let steps = if let Some(a) = attentions.remove(&i) {
-            vec![attention_step(g, &a, &mut vals)?]
+            match attention_steps(g, &a, &mut vals) {
+                Ok(steps) => steps,
+                // A mask the elementwise engine cannot compute: the kernels as they are.
+                Err(_) => {
+                    let mut steps = vec![];
+                    for &j in &a.kernels {
+                        steps.extend(build_kernel(g, &plan.kernels[j], &mut vals)?);
+                    }
+                    steps
+                }
+            }
         } else {
             match chains.remove(&i) {
                 Some(Chain {
@@ -184,22 +194,57 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
     Ok((program, report))
 }
 
-/// The step of a fused attention.
-fn attention_step(
+/// The step of a fused attention, after an elementwise step for an operand that no earlier
+/// step stored (a mask recomputed inside the softmax's kernel).
+fn attention_steps(
     g: &Graph,
     a: &super::attention::AttentionGroup,
     vals: &mut Values<'_>,
-) -> Result<Step, String> {
+) -> Result<Vec<Step>, String> {
+    // On failure nothing counts as computed (the caller builds the kernels instead).
+    let ready = vals.ready.clone();
+    let steps = attention_steps_in(g, a, vals);
+    if steps.is_err() {
+        vals.ready = ready;
+    }
+    steps
+}
+
+fn attention_steps_in(
+    g: &Graph,
+    a: &super::attention::AttentionGroup,
+    vals: &mut Values<'_>,
+) -> Result<Vec<Step>, String> {
+    let mut steps = vec![];
+    for &v in &a.inputs {
+        if vals.ready.contains(&v) {
+            continue;
+        }
+        let mut nodes = BTreeSet::new();
+        let mut work = vec![v];
+        while let Some(x) = work.pop() {
+            if vals.ready.contains(&x) || !nodes.insert(x.node) {
+                continue;
+            }
+            if !matches!(g.nodes[x.node].kind, NodeKind::Op(_)) {
+                return Err(format!("value '{}' is not computed", g.value_name(x)));
+            }
+            work.extend(g.nodes[x.node].args.iter().flat_map(|a| a.values()));
+        }
+        steps.extend(elementwise_steps(g, &nodes, &[v], &BTreeSet::new(), vals)?);
+        vals.ready.insert(v);
+    }
     let srcs = operand_ids(g, &a.inputs, &BTreeSet::new(), vals)?;
     let dst = vals.id(a.output)?;
     let launch = launch(vals, &srcs, &[dst], vec![a.spec.batch, 1]);
-    Ok(Step {
+    steps.push(Step {
         nodes: a.nodes.iter().map(|&i| g.nodes[i].name.clone()).collect(),
         srcs,
         dsts: vec![dst],
         launch,
         kernel: Kernel::Attention(Box::new(a.spec.clone())),
-    })
+    });
+    Ok(steps)
 }
 
 /// The steps of one fusion kernel: the fast families first, the fallback otherwise.
