@@ -2,13 +2,15 @@
 //! batch (attention's `batch * heads`), a block of query rows at a time, so that the scores
 //! never leave the cache.
 //!
-//! A task takes one batch entry and a range of its query rows. It packs that entry's `k` and
-//! `v` once, as the GEMM's right-operand panels, then for each block of rows: computes the
-//! block's scores with the GEMM's micro-kernel (the scale applied as each tile is stored),
-//! adds the mask, takes each row's softmax in place, and multiplies the block by `v` straight
-//! into the output, which may be strided (attention's `[seq, batch, heads * dim]` layout for
-//! the output projection). Rows are independent and no product splits its `k`, so results do
-//! not depend on the thread count.
+//! A task takes one batch entry and a range of its query rows. It packs that entry's keys (as
+//! the left operand of the scores) and values (as the right operand of the output) once, then
+//! for each block of one register tile's width of queries: computes the block's scores
+//! transposed, `k @ q^T`, with the GEMM's micro-kernel (the scale applied as each tile is
+//! stored), adds the mask, runs the softmax down the columns into the packed left operand of
+//! `p @ v`, multiplies by `v`, and stores each row divided by its sum into the output, which
+//! may be strided (attention's `[seq, batch, heads * dim]` layout for the output projection).
+//! Rows are independent and no product splits its `k`, so results do not depend on the thread
+//! count.
 
 use super::gemm::Operand;
 use super::math::{exp, max_nan};
