@@ -6,7 +6,7 @@ use crate::infer::{ArgType, InferCx};
 use crate::ops::{Op, Results};
 use crate::types::{shape_string, TensorType};
 use crate::DType;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -161,6 +161,17 @@ impl Graph {
     /// Name of a value.
     pub fn value_name(&self, v: ValueRef) -> &str {
         &self.nodes[v.node].result_names[v.index]
+    }
+
+    /// For each node, the nodes that read any of its results.
+    pub fn users(&self) -> Vec<BTreeSet<NodeId>> {
+        let mut users = vec![BTreeSet::new(); self.nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for v in n.args.iter().flat_map(Arg::values) {
+                users[v.node].insert(i);
+            }
+        }
+        users
     }
 
     /// Node ids of the user inputs, in calling order.

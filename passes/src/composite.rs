@@ -188,14 +188,7 @@ struct Matcher<'g> {
 
 impl<'g> Matcher<'g> {
     fn new(g: &'g Graph) -> Self {
-        let mut users = vec![BTreeSet::new(); g.nodes.len()];
-        for (i, n) in g.nodes.iter().enumerate() {
-            for a in &n.args {
-                for v in a.values() {
-                    users[v.node].insert(i);
-                }
-            }
-        }
+        let users = g.users();
         let mut is_output = vec![false; g.nodes.len()];
         for o in &g.outputs {
             is_output[o.node] = true;

@@ -202,14 +202,7 @@ struct Building {
 pub fn plan(g: &Graph) -> FusionPlan {
     let n = g.nodes.len();
     // Consumers of each node (by node), and whether a node is a graph output.
-    let mut users: Vec<BTreeSet<NodeId>> = vec![BTreeSet::new(); n];
-    for (i, node) in g.nodes.iter().enumerate() {
-        for a in &node.args {
-            for v in a.values() {
-                users[v.node].insert(i);
-            }
-        }
-    }
+    let users = g.users();
     let mut is_output = vec![false; n];
     for o in &g.outputs {
         is_output[o.node] = true;

@@ -37,22 +37,12 @@ pub struct AttentionGroup {
 
 /// The attentions of `g` that can run as one step each.
 pub fn find(g: &Graph, plan: &FusionPlan) -> Vec<AttentionGroup> {
-    let users = users(g);
+    let users = g.users();
     fxhlo_passes::composite::find(g)
         .iter()
         .filter(|c| c.kind == CompositeKind::Attention)
         .filter_map(|c| group(g, plan, c, &users))
         .collect()
-}
-
-fn users(g: &Graph) -> Vec<BTreeSet<NodeId>> {
-    let mut users = vec![BTreeSet::new(); g.nodes.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        for v in n.args.iter().flat_map(|a| a.values()) {
-            users[v.node].insert(i);
-        }
-    }
-    users
 }
 
 fn op(g: &Graph, v: ValueRef) -> Option<Op> {
