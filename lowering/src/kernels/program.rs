@@ -137,13 +137,7 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
             match attention_steps(g, &a, &mut vals) {
                 Ok(steps) => steps,
                 // A mask the elementwise engine cannot compute: the kernels as they are.
-                Err(_) => {
-                    let mut steps = vec![];
-                    for &j in &a.kernels {
-                        steps.extend(build_kernel(g, &plan.kernels[j], &mut vals)?);
-                    }
-                    steps
-                }
+                Err(_) => each_kernel(g, a.kernels.iter().map(|&j| &plan.kernels[j]), &mut vals)?,
             }
         } else {
             match chains.remove(&i) {
@@ -157,13 +151,7 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                     match row_step(g, &ks, kernel, &slots, &mut vals) {
                         Ok(s) => vec![s],
                         // Not expected (the chain compiled when it was found): the kernels alone.
-                        Err(_) => {
-                            let mut steps = vec![];
-                            for k in ks {
-                                steps.extend(build_kernel(g, k, &mut vals)?);
-                            }
-                            steps
-                        }
+                        Err(_) => each_kernel(g, ks, &mut vals)?,
                     }
                 }
                 None => build_kernel(g, k, &mut vals)?,
@@ -217,22 +205,9 @@ fn attention_steps_in(
 ) -> Result<Vec<Step>, String> {
     let mut steps = vec![];
     for &v in &a.inputs {
-        if vals.ready.contains(&v) {
-            continue;
+        if !vals.ready.contains(&v) {
+            steps.extend(recompute(g, v, vals)?);
         }
-        let mut nodes = BTreeSet::new();
-        let mut work = vec![v];
-        while let Some(x) = work.pop() {
-            if vals.ready.contains(&x) || !nodes.insert(x.node) {
-                continue;
-            }
-            if !matches!(g.nodes[x.node].kind, NodeKind::Op(_)) {
-                return Err(format!("value '{}' is not computed", g.value_name(x)));
-            }
-            work.extend(g.nodes[x.node].args.iter().flat_map(|a| a.values()));
-        }
-        steps.extend(elementwise_steps(g, &nodes, &[v], &BTreeSet::new(), vals)?);
-        vals.ready.insert(v);
     }
     let srcs = operand_ids(g, &a.inputs, &BTreeSet::new(), vals)?;
     let dst = vals.id(a.output)?;
@@ -244,6 +219,48 @@ fn attention_steps_in(
         launch,
         kernel: Kernel::Attention(Box::new(a.spec.clone())),
     });
+    Ok(steps)
+}
+
+/// Elementwise steps computing `v` from values some earlier step (or the caller) computed,
+/// through the nodes between them (a view chain or a mask that other kernels only recomputed);
+/// their results count as computed from then on.
+fn recompute(g: &Graph, v: ValueRef, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
+    let mut chain = BTreeSet::new();
+    let mut work = vec![v.node];
+    while let Some(i) = work.pop() {
+        if !matches!(g.nodes[i].kind, NodeKind::Op(_)) {
+            return Err(format!("value '{}' is not computed", g.value_name(v)));
+        }
+        if chain.insert(i) {
+            for a in g.nodes[i].args.iter().flat_map(|a| a.values()) {
+                if !vals.ready.contains(&a) {
+                    work.push(a.node);
+                }
+            }
+        }
+    }
+    let steps = elementwise_steps(g, &chain, &[v], &BTreeSet::new(), vals)?;
+    for st in &steps {
+        for &d in &st.dsts {
+            if let Some(Some(r)) = vals.refs.get(d as usize) {
+                vals.ready.insert(*r);
+            }
+        }
+    }
+    Ok(steps)
+}
+
+/// The steps of each of `ks` alone (where one step meant to replace them cannot be built).
+fn each_kernel<'k>(
+    g: &Graph,
+    ks: impl IntoIterator<Item = &'k FusionKernel>,
+    vals: &mut Values<'_>,
+) -> Result<Vec<Step>, String> {
+    let mut steps = vec![];
+    for k in ks {
+        steps.extend(build_kernel(g, k, vals)?);
+    }
     Ok(steps)
 }
 
@@ -426,29 +443,7 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
         if all.contains(&v.node) || vals.ready.contains(&v) {
             continue;
         }
-        let mut chain = BTreeSet::new();
-        let mut work = vec![v.node];
-        while let Some(i) = work.pop() {
-            if !matches!(g.nodes[i].kind, NodeKind::Op(_)) {
-                return Err(format!("value '{}' is not computed", g.value_name(v)));
-            }
-            if chain.insert(i) {
-                for a in g.nodes[i].args.iter().flat_map(|a| a.values()) {
-                    if !vals.ready.contains(&a) {
-                        work.push(a.node);
-                    }
-                }
-            }
-        }
-        let more = elementwise_steps(g, &chain, &[v], &BTreeSet::new(), vals)?;
-        for st in &more {
-            for &d in &st.dsts {
-                if let Some(Some(r)) = vals.refs.get(d as usize) {
-                    vals.ready.insert(*r);
-                }
-            }
-        }
-        steps.extend(more);
+        steps.extend(recompute(g, v, vals)?);
     }
     let srcs = operand_ids(g, &operands, &BTreeSet::new(), vals)?;
     let product = ValueRef::new(computed, 0);

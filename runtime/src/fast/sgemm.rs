@@ -1437,10 +1437,11 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
         });
         finish(i, r0..r0 + mc, c0..c0 + nc);
     });
-    SHARED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .extend(shared_a);
+    let mut kept = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    kept.extend(shared_a);
+    // The oldest beyond the bound are dropped.
+    let extra = kept.len().saturating_sub(SHARED_KEPT);
+    kept.drain(..extra);
 }
 
 /// Buffers of [`prepacked`]'s shared packed `A`, kept for the next products: a fresh buffer of
@@ -1452,24 +1453,18 @@ static SHARED: std::sync::Mutex<Vec<Vec<f32>>> = std::sync::Mutex::new(Vec::new(
 /// Buffers [`SHARED`] keeps (a product takes one per problem; models have one or two).
 const SHARED_KEPT: usize = 4;
 
-/// A kept buffer for at least `len` floats (see [`aligned`]), the smallest that fits, or a new
-/// one; the oldest beyond [`SHARED_KEPT`] are dropped.
+/// A kept buffer for at least `len` floats (see [`aligned`]): the smallest that fits, else the
+/// largest (grown), else a new one.
 fn take_shared(len: usize) -> Vec<f32> {
     let mut kept = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    while kept.len() > SHARED_KEPT {
-        kept.remove(0);
-    }
     let fit = (0..kept.len())
         .filter(|&i| kept[i].len() >= len + 16)
         .min_by_key(|&i| kept[i].len());
     match fit {
         Some(i) => kept.remove(i),
         // The largest, grown (its old contents are overwritten by the packing).
-        None => kept
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, b)| b.len())
-            .map(|(i, _)| i)
+        None => (0..kept.len())
+            .max_by_key(|&i| kept[i].len())
             .map(|i| kept.remove(i))
             .unwrap_or_default(),
     }
