@@ -14,6 +14,7 @@ pub mod pool;
 pub mod reduce;
 pub mod sgemm;
 pub mod simd;
+pub mod vmath;
 
 /// A read-only operand of a kernel: a contiguous row-major buffer of one of the element types
 /// the fast kernels work on.

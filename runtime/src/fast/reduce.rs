@@ -9,11 +9,15 @@
 //! reads the scratch buffers as extra operand slots (see [`RowOut`]).
 //!
 //! Row blocks run in parallel (rayon); a block is a fixed number of whole rows and every sum in
-//! a row is accumulated in `f64` over 16 lanes in a fixed order, so results are bitwise the same
-//! for any thread count and match the `f64` reference interpreter to well within `1e-6`.
+//! a row is accumulated in a fixed order, so results are bitwise the same for any thread count
+//! (and in every compiled copy). Sums that may cancel (`sum`, `mean`, `var`'s and layer norm's
+//! mean) are accumulated in `f64` over 16 lanes, and match the `f64` reference interpreter to
+//! well within `1e-6`; sums of non-negative terms (a softmax's denominator, layer norm's sum of
+//! squared deviations) use the faster blocked `f32` lanes of [`super::vmath`], within `16 ε`
+//! of their exact value.
 
-use super::expr::{run_elementwise, Expr, LeafSrc};
-use super::math;
+use super::expr::{run_elementwise, Expr, LeafSrc, STREAM_ELEMS};
+use super::vmath::{exp_sub_sum, row_sq_dev};
 use super::{Dst, Src};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -55,6 +59,14 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
+    /// Softmax, safe softmax or log-softmax.
+    pub fn is_softmax(&self) -> bool {
+        matches!(
+            self,
+            ReduceOp::Softmax | ReduceOp::SafeSoftmax | ReduceOp::LogSoftmax
+        )
+    }
+
     /// Elements per row of result `r`, or `None` if the op has no such result.
     pub fn result_per_row(&self, r: usize, len: usize) -> Option<usize> {
         match (self, r) {
@@ -529,6 +541,8 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
     let widest = k.stages.iter().map(|st| st.len).max().unwrap_or(1);
     let br = (BLOCK_ELEMS / widest.max(1)).max(1);
     let blocks = k.rows.div_ceil(br);
+    // Whether the outputs are far larger than the caches (see `reduce_rows`).
+    let stream = (0..dsts.len()).any(|j| k.out_len(j) >= STREAM_ELEMS);
     let mut per_block: Vec<Vec<Option<Chunk<'_>>>> = (0..blocks).map(|_| vec![]).collect();
     for (j, d) in dsts.iter_mut().enumerate() {
         let per = if matches!(last.outputs[j], RowOut::Whole { .. }) {
@@ -561,7 +575,7 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
         .for_each(|(c, mut outs)| {
             let r0 = c * br;
             let r1 = (r0 + br).min(k.rows);
-            run_block(k, srcs, &wb, &carried_per, r0, r1, &mut outs);
+            run_block(k, srcs, &wb, &carried_per, (r0, r1, stream), &mut outs);
         });
     Ok(())
 }
@@ -573,8 +587,7 @@ super::simd::multiversion! {
         srcs: &[Src<'_>],
         wb: &[WeightBias<'_>],
         carried_per: &[usize],
-        r0: usize,
-        r1: usize,
+        rows: (usize, usize, bool),
         outs: &mut [Option<Chunk<'_>>],
     ) => run_block_body
 }
@@ -610,8 +623,7 @@ fn run_block_body(
     srcs: &[Src<'_>],
     wb: &[WeightBias<'_>],
     carried_per: &[usize],
-    r0: usize,
-    r1: usize,
+    (r0, r1, stream): (usize, usize, bool),
     outs: &mut [Option<Chunk<'_>>],
 ) {
     let (nb, ns) = (r1 - r0, srcs.len());
@@ -627,6 +639,7 @@ fn run_block_body(
         }
         let RowScratch {
             x,
+            row,
             r0: sr0,
             r1: sr1,
             r2: sr2,
@@ -677,6 +690,7 @@ fn run_block_body(
             })
             .flatten();
         let mut taken = into.and_then(|j| outs[j].take());
+        let to_output = taken.is_some();
         let res0: &mut [f32] = match &mut taken {
             Some(Chunk::F(d)) => d,
             _ => {
@@ -686,7 +700,18 @@ fn run_block_body(
         };
         sr1.clear();
         sr2.clear();
-        reduce_rows(st, nb, wb[s], xin, res0, sr1, sr2);
+        // A softmax written straight into an output far larger than the caches streams its
+        // rows there (see `reduce_rows`).
+        let streamed = stream && to_output && st.op.is_softmax();
+        reduce_rows(
+            st,
+            nb,
+            wb[s],
+            xin,
+            res0,
+            (sr1, sr2),
+            streamed.then_some(row),
+        );
         let results: [&[f32]; 3] = [res0, sr1, sr2];
         let own = [
             (xin, len),
@@ -764,22 +789,27 @@ fn run_block_body(
             done += mine;
         }
     }
+    if stream {
+        super::simd::stream_fence();
+    }
     ROWS.with(|c| *c.borrow_mut() = scratch);
 }
 
 /// Computes a stage's results over the rows `x` (`len` each): result 0 into `res0` (one value
 /// or one row per row), results 1 and 2 (layer norm's mean and rstd) pushed onto `res1`, `res2`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn reduce_rows(
     st: &RowStage,
     rows: usize,
     (weight, bias): WeightBias<'_>,
     x: &[f32],
     res0: &mut [f32],
-    res1: &mut Vec<f32>,
-    res2: &mut Vec<f32>,
+    (res1, res2): (&mut Vec<f32>, &mut Vec<f32>),
+    mut stream: Option<&mut Vec<f32>>,
 ) {
+    if let Some(t) = stream.as_deref_mut() {
+        t.resize(st.len, 0.0);
+    }
     let len = st.len;
     let lf = len as f64;
     for r in 0..rows {
@@ -815,14 +845,19 @@ fn reduce_rows(
                     out.fill(0.0);
                     continue;
                 }
-                for (o, &v) in out.iter_mut().zip(x) {
-                    *o = math::exp(v - m);
-                }
-                let s = sum_f64(out);
+                // A row streamed to memory is computed in an L1 row and written once, with
+                // non-temporal stores; otherwise in place.
+                let s = match stream.as_deref_mut() {
+                    Some(t) => exp_sub_sum(x, m, t),
+                    None => exp_sub_sum(x, m, out),
+                };
                 ahead.step();
                 if st.op != ReduceOp::LogSoftmax {
                     let inv = (1.0 / s) as f32;
-                    out.iter_mut().for_each(|o| *o *= inv);
+                    match stream.as_deref() {
+                        Some(t) => super::simd::scale_nt(out, t, inv),
+                        None => out.iter_mut().for_each(|o| *o *= inv),
+                    }
                 } else {
                     let ls = s.ln() as f32;
                     for (o, &v) in out.iter_mut().zip(x) {
@@ -833,7 +868,7 @@ fn reduce_rows(
             ReduceOp::LayerNorm { eps } => {
                 let m = sum_f64(x) / lf;
                 ahead.step();
-                let var = sq_dev_f64(x, m) / lf;
+                let var = row_sq_dev(x, m) / lf;
                 ahead.step();
                 let rstd = 1.0 / (var + eps).sqrt();
                 let (mf, rf) = (m as f32, rstd as f32);
@@ -875,6 +910,7 @@ fn reduce_rows(
 #[derive(Default)]
 struct RowScratch {
     x: Vec<f32>,
+    row: Vec<f32>,
     r0: Vec<f32>,
     r1: Vec<f32>,
     r2: Vec<f32>,

@@ -155,6 +155,49 @@ pub(crate) fn copy_nt(dst: &mut [f32], src: &[f32]) {
     dst[..n].copy_from_slice(&src[..n]);
 }
 
+/// `dst[i] = src[i] * k` with 64-byte non-temporal stores where the CPU has AVX-512 (plain
+/// stores elsewhere); call [`stream_fence`] before another thread reads `dst`.
+#[inline(always)]
+pub(crate) fn scale_nt(dst: &mut [f32], src: &[f32], k: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU has AVX-512F (checked just now).
+        unsafe { scale_nt512(dst, src, k) };
+        return;
+    }
+    for (o, &x) in dst.iter_mut().zip(src) {
+        *o = x * k;
+    }
+}
+
+/// [`scale_nt`] with AVX-512.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn scale_nt512(dst: &mut [f32], src: &[f32], k: f32) {
+    use std::arch::x86_64::{_mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_stream_ps};
+    let n = dst.len().min(src.len());
+    let head = dst.as_ptr().align_offset(64).min(n);
+    for (o, &x) in dst[..head].iter_mut().zip(&src[..head]) {
+        *o = x * k;
+    }
+    let kv = _mm512_set1_ps(k);
+    let mut i = head;
+    while i + 16 <= n {
+        // SAFETY: `i + 16 <= n` for both slices; `dst + i` is 64-byte aligned.
+        unsafe {
+            let v = _mm512_mul_ps(_mm512_loadu_ps(src.as_ptr().add(i)), kv);
+            _mm512_stream_ps(dst.as_mut_ptr().add(i), v)
+        };
+        i += 16;
+    }
+    for (o, &x) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *o = x * k;
+    }
+}
+
 /// Orders the non-temporal stores of [`copy_nt`] before the stores that follow.
 #[inline(always)]
 pub(crate) fn stream_fence() {
