@@ -797,6 +797,9 @@ fn run_block_body(
 
 /// Computes a stage's results over the rows `x` (`len` each): result 0 into `res0` (one value
 /// or one row per row), results 1 and 2 (layer norm's mean and rstd) pushed onto `res1`, `res2`.
+/// With `stream` (a softmax whose `res0` is an output far larger than the caches), each row is
+/// computed in that L1 buffer and written to `res0` once, with non-temporal stores: written in
+/// place, the stores of the fast exp loop miss in a burst and stall the core on them.
 #[inline(always)]
 fn reduce_rows(
     st: &RowStage,
@@ -905,8 +908,8 @@ fn reduce_rows(
     }
 }
 
-/// Per-thread buffers of a row block: input rows, results 0, 1 and 2 of the current stage,
-/// and the outputs of the earlier stages.
+/// Per-thread buffers of a row block: input rows, one streamed softmax row, results 0, 1 and 2
+/// of the current stage, and the outputs of the earlier stages.
 #[derive(Default)]
 struct RowScratch {
     x: Vec<f32>,
