@@ -17,7 +17,7 @@
 //! of their exact value.
 
 use super::expr::{run_elementwise, Expr, LeafSrc, STREAM_ELEMS};
-use super::vmath::{exp_sub_sum, row_sq_dev};
+use super::vmath::{exp_sub_sum, row_sq_dev, tree};
 use super::{Dst, Src};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -386,20 +386,6 @@ enum Chunk<'a> {
 /// fixed: lane by lane, then a fixed tree). Four registers were slower on workload d.
 const LANES: usize = 16;
 
-/// The fixed tree that adds the lanes.
-#[inline(always)]
-fn tree(acc: &[f64; LANES]) -> f64 {
-    let mut v = *acc;
-    let mut w = LANES;
-    while w > 1 {
-        w /= 2;
-        for i in 0..w {
-            v[i] += v[i + w];
-        }
-    }
-    v[0]
-}
-
 #[inline(always)]
 fn sum_f64(x: &[f32]) -> f64 {
     let mut acc = [0f64; LANES];
@@ -412,7 +398,7 @@ fn sum_f64(x: &[f32]) -> f64 {
     for (k, &v) in it.remainder().iter().enumerate() {
         acc[k] += v as f64;
     }
-    tree(&acc)
+    tree(&mut acc)
 }
 
 #[inline(always)]
@@ -429,7 +415,7 @@ fn sq_dev_f64(x: &[f32], m: f64) -> f64 {
         let d = v as f64 - m;
         acc[k] += d * d;
     }
-    tree(&acc)
+    tree(&mut acc)
 }
 
 /// The NaN-propagating maximum (`max`) or minimum of a row (`0` for an empty row). Each lane

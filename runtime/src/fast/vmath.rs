@@ -28,10 +28,11 @@ pub const SUM_LANES: usize = 64;
 /// Elements of a row after which the `f32` lanes are added into the `f64` lanes.
 pub const SUM_BLOCK: usize = 16 * SUM_LANES;
 
-/// The fixed tree that adds the `f64` lanes: `v[i] += v[i + w]` for `w` = 32, 16, ..., 1.
+/// The fixed tree that adds `N` (a power of two) `f64` lanes: `v[i] += v[i + w]` for
+/// `w` = N/2, ..., 1; also the row sums' tree of [`super::reduce`].
 #[inline(always)]
-fn tree(v: &mut [f64; SUM_LANES]) -> f64 {
-    let mut w = SUM_LANES;
+pub(crate) fn tree<const N: usize>(v: &mut [f64; N]) -> f64 {
+    let mut w = N;
     while w > 1 {
         w /= 2;
         for i in 0..w {
