@@ -29,10 +29,13 @@
 //! All of these are far inside the `rtol 1e-4 / atol 1e-5` used against eager PyTorch.
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
-const LN2_HI: f32 = 0.693_145_75;
-const LN2_LO: f32 = 1.428_606_8e-6;
+/// `ln 2` in two parts for the Cody-Waite reduction of [`exp`] (also of `vmath::exp`): the
+/// high part has trailing zero bits, so `n * LN2_HI` is exact for the `n` that occur.
+pub(super) const LN2_HI: f32 = 0.693_145_75;
+/// The rest of `ln 2`.
+pub(super) const LN2_LO: f32 = 1.428_606_8e-6;
 /// 1.5 * 2^23: adding and subtracting it rounds to an integer (ties to even).
-const ROUND_MAGIC: f32 = 12_582_912.0;
+pub(super) const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// `a * b + c` with one rounding.
 #[inline(always)]

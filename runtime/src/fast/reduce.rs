@@ -527,8 +527,8 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
     let widest = k.stages.iter().map(|st| st.len).max().unwrap_or(1);
     let br = (BLOCK_ELEMS / widest.max(1)).max(1);
     let blocks = k.rows.div_ceil(br);
-    // Whether the outputs are far larger than the caches (see `reduce_rows`).
-    let stream = (0..dsts.len()).any(|j| k.out_len(j) >= STREAM_ELEMS);
+    // A softmax into outputs far larger than the caches streams its rows (see `reduce_rows`).
+    let stream = last.op.is_softmax() && (0..dsts.len()).any(|j| k.out_len(j) >= STREAM_ELEMS);
     let mut per_block: Vec<Vec<Option<Chunk<'_>>>> = (0..blocks).map(|_| vec![]).collect();
     for (j, d) in dsts.iter_mut().enumerate() {
         let per = if matches!(last.outputs[j], RowOut::Whole { .. }) {
@@ -686,9 +686,8 @@ fn run_block_body(
         };
         sr1.clear();
         sr2.clear();
-        // A softmax written straight into an output far larger than the caches streams its
-        // rows there (see `reduce_rows`).
-        let streamed = stream && to_output && st.op.is_softmax();
+        // Only rows computed straight into the (last stage's) output are streamed.
+        let streamed = stream && to_output;
         reduce_rows(
             st,
             nb,

@@ -1,8 +1,8 @@
 //! Row sums and the hottest loops of [`super::math`], with hand-written AVX-512 forms that give
 //! the same bits as the portable ones.
 //!
-//! **Row sums of non-negative terms** ([`row_sq_dev`], [`exp_sub_sum`]) add element `i` of a row into
-//! `f32` lane `i % 64` (four AVX-512 registers, so consecutive registers go into independent
+//! **Row sums of non-negative terms** ([`row_sq_dev`], [`exp_sub_sum`]) add element `i` of a
+//! row into `f32` lane `i % 64` (four AVX-512 registers, so consecutive registers go into independent
 //! chains of additions), and every [`SUM_BLOCK`] elements add those lanes into 64 `f64` lanes,
 //! which a fixed tree adds at the end. So no lane adds more than 16 values in `f32` whatever the
 //! row's length (a relative error of at most about `16 ε`, as the terms do not cancel), one
@@ -74,8 +74,8 @@ pub fn row_sq_dev(x: &[f32], m: f64) -> f64 {
     })
 }
 
-/// `out[i] = math::exp(x[i] - m)`, and the sum of `out` in the order of the row sums. `x` and `out` have the same
-/// length.
+/// `out[i] = math::exp(x[i] - m)`, and the sum of `out` in the order of the row sums. `x` and
+/// `out` have the same length.
 #[inline(always)]
 pub fn exp_sub_sum(x: &[f32], m: f32, out: &mut [f32]) -> f64 {
     #[cfg(target_arch = "x86_64")]
@@ -105,10 +105,8 @@ mod avx512 {
     #[target_feature(enable = "avx512f")]
     #[inline]
     pub unsafe fn exp(x: __m512) -> __m512 {
-        const LOG2E: f32 = std::f32::consts::LOG2_E;
-        const LN2_HI: f32 = 0.693_145_75;
-        const LN2_LO: f32 = 1.428_606_8e-6;
-        const MAGIC: f32 = 12_582_912.0;
+        use super::math::{LN2_HI, LN2_LO, ROUND_MAGIC as MAGIC};
+        use std::f32::consts::LOG2_E as LOG2E;
         let s = _mm512_set1_ps;
         // `x.clamp(-104, 89)`: `max`/`min` return their second operand when either is NaN, and a
         // NaN `x` is replaced by itself at the end anyway.
