@@ -2,7 +2,8 @@
 //!
 //! Plain `Instant`-based timing, best of a few runs, for 1 and 2 threads (or only the count in
 //! `FXHLO_NUM_THREADS`). Peers (torch, numpy) are compared elsewhere. `FXHLO_BENCH_ATTENTION=1`
-//! times only the fused attention (on `FXHLO_NUM_THREADS`, default 1).
+//! times only the fused attention (on `FXHLO_NUM_THREADS`, default 1); `FXHLO_BENCH_CONV=1` only
+//! the convolutions.
 
 use fxhlo_runtime::fast::attention::{attention, AttentionSpec};
 use fxhlo_runtime::fast::conv::{conv2d, ConvSpec};
@@ -177,12 +178,17 @@ fn main() {
         Err(_) => vec![1, 2],
     };
     let quick = std::env::var("FXHLO_BENCH_QUICK").is_ok();
+    let conv_only = std::env::var("FXHLO_BENCH_CONV").is_ok();
     for &threads in &counts {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .expect("thread pool");
         pool.install(|| {
+            if conv_only {
+                bench_convs(threads, quick);
+                return;
+            }
             for n in [512usize, 1024, 2048, 4096] {
                 if quick && n > 1024 {
                     continue;
@@ -262,24 +268,40 @@ fn main() {
                 (64 * 256 * 256, 256 * 8 * 1536),
                 10,
             );
-            for (name, n, cin, hw, cout, k, s, p, groups) in [
-                ("conv3x3 8x64x56x56 -> 64", 8, 64, 56, 64, 3, 1, 1, 1),
-                ("conv3x3 s2 8x128x56x56 -> 128", 8, 128, 56, 128, 3, 2, 1, 1),
-                ("conv1x1 8x256x56x56 -> 64", 8, 256, 56, 64, 1, 1, 0, 1),
-                ("conv7x7 s2 8x3x224x224 -> 64", 8, 3, 224, 64, 7, 2, 3, 1),
-                ("depthwise3x3 8x256x56x56", 8, 256, 56, 256, 3, 1, 1, 256),
-            ] {
-                let spec = ConvSpec::new(
-                    [n, cin, hw, hw],
-                    [cout, cin / groups, k, k],
-                    [s, s],
-                    [p, p],
-                    [1, 1],
-                    groups,
-                )
-                .expect("conv geometry");
-                bench_conv(threads, name, &spec, if quick { 1 } else { 3 });
-            }
+            bench_convs(threads, quick);
         });
+    }
+}
+
+/// The convolutions: a ResNet-style set, and the 32 -> 32 layer of the benchmark's workload e.
+fn bench_convs(threads: usize, quick: bool) {
+    for (name, n, cin, hw, cout, k, s, p, groups) in [
+        ("conv3x3 8x64x56x56 -> 64", 8, 64, 56, 64, 3, 1, 1, 1),
+        ("conv3x3 s2 8x128x56x56 -> 128", 8, 128, 56, 128, 3, 2, 1, 1),
+        ("conv1x1 8x256x56x56 -> 64", 8, 256, 56, 64, 1, 1, 0, 1),
+        ("conv7x7 s2 8x3x224x224 -> 64", 8, 3, 224, 64, 7, 2, 3, 1),
+        ("depthwise3x3 8x256x56x56", 8, 256, 56, 256, 3, 1, 1, 256),
+        (
+            "conv3x3 8x32x128x128 -> 32 (workload e)",
+            8,
+            32,
+            128,
+            32,
+            3,
+            1,
+            1,
+            1,
+        ),
+    ] {
+        let spec = ConvSpec::new(
+            [n, cin, hw, hw],
+            [cout, cin / groups, k, k],
+            [s, s],
+            [p, p],
+            [1, 1],
+            groups,
+        )
+        .expect("conv geometry");
+        bench_conv(threads, name, &spec, if quick { 1 } else { 3 });
     }
 }

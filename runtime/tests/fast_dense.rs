@@ -709,7 +709,7 @@ fn conv_resnet_shapes() {
 fn conv_implicit_gemm_shapes() {
     for (x, cout, k, p, d, g) in [
         ([2, 8, 16, 16], 32, [3, 3], 1, 1, 1),
-        ([1, 5, 7, 32], 6, [3, 3], 1, 1, 1),
+        ([1, 5, 7, 16], 6, [3, 3], 1, 1, 1),
         ([1, 64, 9, 16], 40, [3, 3], 1, 1, 1),
         ([1, 6, 20, 32], 10, [5, 5], 2, 1, 1),
         ([1, 4, 21, 32], 8, [3, 3], 2, 2, 1),
@@ -721,6 +721,45 @@ fn conv_implicit_gemm_shapes() {
             true,
             &format!("implicit {x:?} cout {cout} k{k:?} p{p} d{d} g{g}"),
         );
+    }
+}
+
+/// 3x3 stride-1 convolutions that run as Winograd F(2x2, 3x3) on AVX-512 CPUs (elsewhere, or
+/// with `FXHLO_NO_AVX512`, directly): odd output sizes (a last tile row of one output row, a
+/// last tile of one column), padding 0 to 2, channel counts that fill no micro-panel, several
+/// jobs per image with a short last one, and rows of tiles padded to whole micro-panels.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn conv_winograd_shapes() {
+    use fxhlo_runtime::fast::winograd;
+    for (x, cout, p) in [
+        ([2, 8, 16, 32], 8, 1),
+        ([1, 5, 9, 25], 7, 1),
+        ([1, 6, 13, 27], 4, 0),
+        ([1, 4, 12, 30], 9, 2),
+        ([1, 8, 70, 32], 8, 1),
+        ([1, 33, 10, 56], 20, 1),
+        ([2, 16, 7, 128], 16, 1),
+    ] {
+        let spec = conv(x, cout, [3, 3], 1, p, 1, 1);
+        let avx512 = fxhlo_runtime::fast::simd::has_avx512();
+        assert_eq!(winograd::applies(&spec), avx512, "{spec:?}");
+        check_conv(&spec, true, &format!("winograd {x:?} cout {cout} p{p}"));
+        check_conv(
+            &spec,
+            false,
+            &format!("winograd {x:?} cout {cout} p{p}, no bias"),
+        );
+    }
+    // Not for these: 5x5, stride 2, dilation 2, groups, too narrow an output.
+    for spec in [
+        conv([1, 8, 16, 32], 8, [5, 5], 1, 2, 1, 1),
+        conv([1, 8, 32, 64], 8, [3, 3], 2, 1, 1, 1),
+        conv([1, 8, 16, 32], 8, [3, 3], 1, 2, 2, 1),
+        conv([1, 8, 16, 32], 8, [3, 3], 1, 1, 1, 2),
+        conv([1, 8, 16, 16], 8, [3, 3], 1, 1, 1, 1),
+    ] {
+        assert!(!winograd::applies(&spec), "{spec:?}");
     }
 }
 
@@ -738,6 +777,8 @@ fn conv_fused_relu_is_conv_then_relu() {
         ([1, 16, 7, 7], 8, [1, 1], 1, 0, 1, true),
         ([2, 8, 12, 16], 12, [3, 3], 1, 1, 2, true),
         ([1, 8, 10, 10], 8, [3, 3], 1, 1, 8, true),
+        // Winograd (on AVX-512 CPUs).
+        ([1, 8, 9, 32], 12, [3, 3], 1, 1, 1, true),
     ] {
         let spec = conv(x, cout, k, s, p, 1, g);
         let mut xv = rnd(spec.input_len(), 21);
@@ -862,6 +903,8 @@ fn conv_bitwise_same_on_1_and_2_threads() {
         // One image, one tile: the GEMM itself is split over the pool.
         conv([1, 256, 7, 7], 128, [3, 3], 1, 1, 1, 1),
         conv([1, 256, 7, 7], 512, [1, 1], 1, 0, 1, 1),
+        // Winograd (on AVX-512 CPUs), several jobs per image.
+        conv([2, 8, 70, 32], 12, [3, 3], 1, 1, 1, 1),
     ] {
         let x = rnd(spec.input_len(), 1);
         let w = rnd(spec.weight_len(), 2);
@@ -1191,6 +1234,7 @@ fn conv_with_prepacked_weights_gives_the_same_bits() {
         ([1, 64, 2, 2], [128, 64, 3, 3], 1, 1, 1),
         ([2, 8, 6, 6], [8, 4, 3, 3], 1, 1, 2),
         ([1, 8, 3, 3], [16, 4, 3, 3], 1, 0, 2),
+        ([1, 8, 11, 32], [16, 8, 3, 3], 1, 1, 1),
     ] {
         let spec = ConvSpec::new(x, w, [s, s], [p, p], [1, 1], g).unwrap();
         let xv = rnd(spec.input_len(), 1);

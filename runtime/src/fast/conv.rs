@@ -7,8 +7,9 @@
 //! multiplied by the packed GEMM ([`super::sgemm`]) straight into the output, and gets its bias
 //! and the caller's epilogue while hot. A
 //! 1x1 stride-1 unpadded convolution reads the input directly (no im2col). Convolutions with
-//! one input channel per group (depthwise) use a direct kernel instead. No reduction is split,
-//! so results are bitwise the same for any thread count.
+//! one input channel per group (depthwise) use a direct kernel instead, and 3x3 stride-1 ones
+//! on AVX-512 CPUs run as Winograd `F(2x2, 3x3)` ([`super::winograd`]). No reduction is
+//! split, so results are bitwise the same for any thread count.
 
 use super::gemm::Tile;
 use super::sgemm::{self, Mat, PackedA, PackedB, Problem};
@@ -253,6 +254,14 @@ impl ConvSpec {
             && sgemm::has_indirect()
     }
 
+    /// Whether the convolution runs as Winograd `F(2x2, 3x3)` (see [`super::winograd`]).
+    fn winograd(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return super::winograd::applies(self);
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
     fn is_pointwise(&self) -> bool {
         self.kh == 1 && self.kw == 1 && self.stride == [1, 1] && self.padding == [0, 0]
     }
@@ -299,6 +308,9 @@ pub struct ConvPacked {
     /// [`SMALL_OUTPUT`] positions: those run as `out^T = cols^T @ W^T`, so the few positions
     /// pad the micro-kernel's short side instead of its 32-wide one.
     wt: Option<Vec<PackedB>>,
+    /// The Winograd transforms of the weights, where [`super::winograd::applies`].
+    #[cfg(target_arch = "x86_64")]
+    wino: Option<super::winograd::WinogradWeights>,
 }
 
 /// Output positions per image up to which a convolution runs transposed (see [`ConvPacked`]).
@@ -337,7 +349,12 @@ pub fn prepack_weights(spec: &ConvSpec, w: &[f32]) -> Option<ConvPacked> {
             })
             .collect()
     });
-    Some(ConvPacked { a, wt })
+    Some(ConvPacked {
+        a,
+        wt,
+        #[cfg(target_arch = "x86_64")]
+        wino: super::winograd::transform_weights(spec, w),
+    })
 }
 
 /// [`conv2d`] with the weights packed by [`prepack_weights`] (then `w` is only checked), and
@@ -378,7 +395,7 @@ pub fn conv2d_prepacked(
     let optr = SendPtr(out.as_mut_ptr());
     // The implicit GEMM needs packed weights: pack them for this call if they were not.
     let packed_now = match packed {
-        None if spec.implicit_ok() => prepack_weights(spec, w),
+        None if spec.implicit_ok() || spec.winograd() => prepack_weights(spec, w),
         _ => None,
     };
     let packed = packed.or(packed_now.as_ref());
@@ -402,6 +419,11 @@ fn gemm_image(
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(ww) = packed.and_then(|pk| pk.wino.as_ref()) {
+        super::winograd::image(spec, img, x, ww, post, out, epilogue);
+        return;
+    }
     if let (true, Some(pk)) = (spec.implicit_ok(), packed) {
         implicit_image(spec, img, x, pk, post, out, epilogue);
         return;
@@ -554,6 +576,9 @@ fn implicit_image(
             }
         }
     }
+    // The implicit GEMM's tile: `mr` rows, `cols_per` columns (see `sgemm::gemm_indirect`).
+    let mr = sgemm::arch_for(cout_g).mr;
+    let cols_per = sgemm::arch_for(cout_g).nr;
     let mut data = PADDED.with(|b| std::mem::take(&mut *b.borrow_mut()));
     data.resize(spec.cin * plane, 0.0);
     for y0 in (0..spec.oh).step_by(band_rows) {
@@ -599,9 +624,19 @@ fn implicit_image(
             // rows `row0..row0 + cout_g`, columns `p0..p0 + nt` of the output viewed as
             // `[n * cout, p]` (jobs own disjoint rectangles), and the bias holds this group's
             // `cout_g` rows.
+            let dst = out.get().wrapping_add(row0 * p + p0);
             let done = unsafe {
-                let dst = out.get().add(row0 * p + p0);
-                sgemm::gemm_indirect(&pk.a[grp], &bases, offs, dst, p, fused)
+                sgemm::gemm_indirect(&pk.a[grp], &bases, offs, dst, p, fused, &mut |jg, qi| {
+                    // The output lines of the same rows one group of bases ahead, for
+                    // writing: a tile's stores would otherwise each wait for memory.
+                    let c0 = (jg + 1) * cols_per;
+                    if c0 < nt {
+                        let cols = cols_per.min(nt - c0);
+                        for r in qi * mr..((qi + 1) * mr).min(cout_g) {
+                            prefetch_write(dst.wrapping_add(r * p + c0), cols);
+                        }
+                    }
+                })
             };
             assert!(done, "implicit_ok checked the kernel");
             // SAFETY: this job's rectangle, as above.
@@ -610,6 +645,20 @@ fn implicit_image(
         });
     }
     PADDED.with(|b| *b.borrow_mut() = data);
+}
+
+/// Asks for the cache lines of the `n` floats at `p` for writing (a hint: never faults).
+fn prefetch_write(p: *mut f32, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for i in (0..n).step_by(16) {
+        // SAFETY: a prefetch is a hint and never faults.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+            _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(i) as *const i8);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, n);
 }
 
 /// Adds `bias` to each element of `row`, then applies the ReLU if `relu`.

@@ -15,6 +15,8 @@ pub mod reduce;
 pub mod sgemm;
 pub mod simd;
 pub mod vmath;
+#[cfg(target_arch = "x86_64")]
+pub mod winograd;
 
 /// A read-only operand of a kernel: a contiguous row-major buffer of one of the element types
 /// the fast kernels work on.

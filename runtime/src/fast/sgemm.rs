@@ -949,7 +949,10 @@ pub fn has_indirect() -> bool {
 /// when this CPU has no such kernel.
 ///
 /// `post` is applied to `C` as it is stored after the last panel of `k`: a bias per row of
-/// `C`, then a ReLU.
+/// `C`, then a ReLU. `between(jg, qi)` is called before each micro-tile, that of the columns
+/// of bases `jg * g .. (jg + 1) * g` (`g` = 2 with AVX-512, else 1) and rows `qi * mr ..`
+/// (`mr` = [`arch_for`]`(m).mr`), the tiles of a group of bases in turn (a caller prefetches
+/// what its next steps read or write there, a little at a time).
 ///
 /// # Safety
 /// `a` must be packed for `m x k`; every `bases[jb] + offs[l] + 0..16` readable; `C` (`m`
@@ -962,6 +965,7 @@ pub unsafe fn gemm_indirect(
     c: *mut f32,
     ldc: usize,
     post: Post,
+    between: &mut dyn FnMut(usize, usize),
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -1012,6 +1016,7 @@ pub unsafe fn gemm_indirect(
             let last = p0 + kc == k;
             for (jg, group) in bases.chunks(per).enumerate() {
                 for qi in 0..m.div_ceil(mr) {
+                    between(jg, qi);
                     let post = match last {
                         true => post.rows_from(qi * mr),
                         false => Post::NONE,
@@ -1033,7 +1038,7 @@ pub unsafe fn gemm_indirect(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (a, bases, offs, c, ldc, post);
+        let _ = (a, bases, offs, c, ldc, post, between);
         false
     }
 }
