@@ -328,11 +328,12 @@ fn bench(
             .ok_or_else(|| DriverError::Other(format!("no input '{}' in the inputs", s.name)))?;
         in_bytes.push(&t.bytes);
     }
-    // Outputs in f64-aligned buffers so they are written in place.
-    let mut outs: Vec<Vec<u64>> = a
+    // Outputs in 64-byte aligned buffers (as torch's allocator gives), so they are written in
+    // place and whole cache lines at a time.
+    let mut outs: Vec<Vec<Line>> = a
         .outputs()
         .iter()
-        .map(|s| vec![0u64; s.bytes().div_ceil(8)])
+        .map(|s| vec![Line([0; 64]); s.bytes().div_ceil(64)])
         .collect();
     let sizes: Vec<usize> = a.outputs().iter().map(|s| s.bytes()).collect();
     let mut times = vec![];
@@ -401,8 +402,15 @@ fn profile_table(a: &fxhlo_runtime::fast::Artifact, secs: &[f64], runs: usize) -
     out
 }
 
-fn bytes_of(v: &mut [u64]) -> &mut [u8] {
-    bytemuck::cast_slice_mut(v)
+/// One 64-byte aligned cache line of an output buffer.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+fn bytes_of(v: &mut [Line]) -> &mut [u8] {
+    // SAFETY: `Line` is 64 plain bytes with no padding (size 64, align 64), so the lines are
+    // one run of initialized bytes.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 64) }
 }
 
 fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {

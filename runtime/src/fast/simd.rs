@@ -177,13 +177,23 @@ pub(crate) fn scale_nt(dst: &mut [f32], src: &[f32], k: f32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn scale_nt512(dst: &mut [f32], src: &[f32], k: f32) {
-    use std::arch::x86_64::{_mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_stream_ps};
+    use std::arch::x86_64::*;
     let n = dst.len().min(src.len());
-    let head = dst.as_ptr().align_offset(64).min(n);
-    for (o, &x) in dst[..head].iter_mut().zip(&src[..head]) {
-        *o = x * k;
-    }
     let kv = _mm512_set1_ps(k);
+    // The first `len` (< 16) elements from `i`, by masked (plain) stores: one instruction
+    // instead of a scalar loop, whose stores each waited for the partial line's memory.
+    let part = |dst: &mut [f32], i: usize, len: usize| {
+        let m: __mmask16 = ((1u32 << len) - 1) as u16;
+        // SAFETY: the mask covers `i..i + len`, inside both slices.
+        unsafe {
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src.as_ptr().add(i)), kv);
+            _mm512_mask_storeu_ps(dst.as_mut_ptr().add(i), m, v);
+        }
+    };
+    let head = dst.as_ptr().align_offset(64).min(n).min(15);
+    if head > 0 {
+        part(dst, 0, head);
+    }
     let mut i = head;
     while i + 16 <= n {
         // SAFETY: `i + 16 <= n` for both slices; `dst + i` is 64-byte aligned.
@@ -193,8 +203,8 @@ unsafe fn scale_nt512(dst: &mut [f32], src: &[f32], k: f32) {
         };
         i += 16;
     }
-    for (o, &x) in dst[i..n].iter_mut().zip(&src[i..n]) {
-        *o = x * k;
+    if i < n {
+        part(dst, i, n - i);
     }
 }
 
@@ -435,5 +445,37 @@ impl Moves for Avx2Moves {
     fn zero(dst: &mut [f32]) {
         // SAFETY: as above.
         unsafe { zero_avx2(dst) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `scale_nt` at every alignment and for lengths around whole lines: the scaled values in
+    /// the window (head and tail by masked stores, the middle streamed), nothing outside it.
+    #[test]
+    fn scale_nt_any_alignment_and_length() {
+        let src: Vec<f32> = (0..80).map(|i| i as f32 - 20.5).collect();
+        let mut buf = vec![0f32; 128];
+        for off in 0..16 {
+            for len in 0..=80 {
+                buf.fill(7.0);
+                // The window starts `off` floats past a 64-byte boundary.
+                let base = buf.as_ptr().align_offset(64);
+                let start = base + off;
+                if start + len > buf.len() {
+                    continue;
+                }
+                super::scale_nt(&mut buf[start..start + len], &src[..len], 0.5);
+                super::stream_fence();
+                for (i, &v) in buf.iter().enumerate() {
+                    let want = if (start..start + len).contains(&i) {
+                        src[i - start] * 0.5
+                    } else {
+                        7.0
+                    };
+                    assert_eq!(v, want, "offset {off}, length {len}, element {i}");
+                }
+            }
+        }
     }
 }
