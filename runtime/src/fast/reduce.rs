@@ -617,6 +617,8 @@ fn run_block_body(
     let last = k.stages.len() - 1;
     // Scratch outputs of the stages so far.
     let mut done = 0;
+    // The carried output whose rows' maxima are in `scratch.maxes`.
+    let mut max_of: Option<usize> = None;
     for (s, st) in k.stages.iter().enumerate() {
         let len = st.len;
         let mine = if s == last { 0 } else { st.outputs.len() };
@@ -630,12 +632,14 @@ fn run_block_body(
             r1: sr1,
             r2: sr2,
             carried,
+            maxes,
         } = &mut scratch;
         let (before, after) = carried.split_at_mut(done);
         let before: &[Vec<f32>] = before;
         let per = &carried_per[..done];
         // The input rows: read in place when the prologue is a plain contiguous load (of an
         // operand, or of an earlier stage's output).
+        let mut from_carried = None;
         let direct = st.prologue.as_contiguous_load().and_then(|(slot, off)| {
             let slot = slot as usize;
             if slot < ns {
@@ -646,9 +650,21 @@ fn run_block_body(
                 }
             } else {
                 let j = slot.checked_sub(ns + OWN)?;
+                from_carried = Some(j);
                 (off == 0 && per.get(j) == Some(&len)).then(|| &before[j][..nb * len])
             }
         });
+        // A layer norm whose rows a softmax reads next finds their maxima.
+        let find_max = matches!(st.op, ReduceOp::LayerNorm { .. })
+            && k.stages.get(s + 1).is_some_and(|n| n.op.is_softmax());
+        let mut found = Vec::new();
+        if find_max {
+            found = std::mem::take(&mut *maxes);
+            found.clear();
+        }
+        // A softmax over a layer norm's rows reads their maxima, found as they were written.
+        let known_max = (direct.is_some() && from_carried.is_some() && from_carried == max_of)
+            .then_some(&maxes[..]);
         let xin: &[f32] = match direct {
             Some(v) => v,
             None => {
@@ -696,7 +712,12 @@ fn run_block_body(
             res0,
             (sr1, sr2),
             streamed.then_some(row),
+            (known_max, find_max.then_some(&mut found)),
         );
+        if find_max {
+            *maxes = found;
+            max_of = None;
+        }
         let results: [&[f32]; 3] = [res0, sr1, sr2];
         let own = [
             (xin, len),
@@ -769,6 +790,9 @@ fn run_block_body(
                     };
                     std::mem::swap(&mut after[j], res);
                     moved[r] = Some(j);
+                    if r == 0 && find_max {
+                        max_of = Some(done + j);
+                    }
                 }
             }
             done += mine;
@@ -785,6 +809,11 @@ fn run_block_body(
 /// With `stream` (a softmax whose `res0` is an output far larger than the caches), each row is
 /// computed in that L1 buffer and written to `res0` once, with non-temporal stores: written in
 /// place, the stores of the fast exp loop miss in a burst and stall the core on them.
+///
+/// `maxes`: for a softmax, the maxima of the rows `x` when known (no pass to find them); for
+/// a layer norm, where to push the maxima of its result rows, found in the pass that writes
+/// them (the same values as [`extreme`], so the softmax after it gives the same bits).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn reduce_rows(
     st: &RowStage,
@@ -794,6 +823,7 @@ fn reduce_rows(
     res0: &mut [f32],
     (res1, res2): (&mut Vec<f32>, &mut Vec<f32>),
     mut stream: Option<&mut Vec<f32>>,
+    (known, mut found): (Option<&[f32]>, Option<&mut Vec<f32>>),
 ) {
     if let Some(t) = stream.as_deref_mut() {
         t.resize(st.len, 0.0);
@@ -826,7 +856,10 @@ fn reduce_rows(
                 res0[r] = (sq_dev_f64(x, m) / (lf - correction).max(0.0)) as f32;
             }
             ReduceOp::Softmax | ReduceOp::SafeSoftmax | ReduceOp::LogSoftmax => {
-                let m = extreme(x, true);
+                let m = match known {
+                    Some(k) => k[r],
+                    None => extreme(x, true),
+                };
                 ahead.step();
                 let out = &mut res0[r * len..(r + 1) * len];
                 if st.op == ReduceOp::SafeSoftmax && m == f32::NEG_INFINITY {
@@ -884,6 +917,9 @@ fn reduce_rows(
                         }
                     }
                 }
+                if let Some(f) = found.as_deref_mut() {
+                    f.push(extreme(out, true));
+                }
                 res1.push(mf);
                 res2.push(rf);
             }
@@ -903,6 +939,9 @@ struct RowScratch {
     r1: Vec<f32>,
     r2: Vec<f32>,
     carried: Vec<Vec<f32>>,
+    /// The row maxima of a layer norm's result whose next stage is a softmax (see
+    /// `reduce_rows`).
+    maxes: Vec<f32>,
 }
 
 thread_local! {
