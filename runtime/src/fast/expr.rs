@@ -19,6 +19,7 @@
 
 use super::math;
 use super::simd;
+use super::vmath;
 use super::Src;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -420,6 +421,18 @@ macro_rules! map2 {
 
 #[inline(always)]
 fn run_un(op: UnOp, d: &mut [f32], a: &[f32]) {
+    // The hottest transcendental ops in hand-written AVX-512 (the same bits).
+    let fast = match op {
+        UnOp::Exp => Some(vmath::Fast::Exp),
+        UnOp::Sigmoid => Some(vmath::Fast::Sigmoid),
+        UnOp::GeluErf => Some(vmath::Fast::GeluErf),
+        _ => None,
+    };
+    if let Some(f) = fast {
+        if vmath::map_fast(f, d, a).is_some() {
+            return;
+        }
+    }
     macro_rules! arm {
         ($($v:ident),*) => { match op { $(UnOp::$v => map1!(d, a, |x| apply_un(UnOp::$v, x)),)* } };
     }

@@ -236,14 +236,24 @@ fn erfc_core(z: f32, hi: f32, lo: f32) -> f32 {
     let t = 1.0 / fma(0.5, z, 1.0);
     // The tail from t² on in independent pairs, then the two leading terms.
     let t2 = t * t;
-    let a0 = fma(t, 0.096_784_18, 0.374_091_96);
-    let a1 = fma(t, 0.278_868_07, -0.186_288_06);
-    let a2 = fma(t, 1.488_515_9, -1.135_204);
-    let a3 = fma(t, 0.170_872_77, -0.822_152_23);
+    let [a0, a1, a2, a3] = ERFC_PAIRS.map(|(k, c)| fma(t, k, c));
     let tail = fma(fma(a3, t2, a2), t2 * t2, fma(a1, t2, a0));
-    let p = (lo - 1.265_512_2) + t * fma(t, tail, 1.000_023_7);
+    let p = (lo + ERFC_C0) + t * fma(t, tail, ERFC_C1);
     t * exp_hilo(hi, p)
 }
+
+/// The fit of [`erfc_core`] (also of `vmath`'s copy): its coefficients from `t²` on, in pairs
+/// `(k, c)` taken as `t k + c`, ...
+pub(super) const ERFC_PAIRS: [(f32, f32); 4] = [
+    (0.096_784_18, 0.374_091_96),
+    (0.278_868_07, -0.186_288_06),
+    (1.488_515_9, -1.135_204),
+    (0.170_872_77, -0.822_152_23),
+];
+/// ... its coefficient of `t`, ...
+pub(super) const ERFC_C1: f32 = 1.000_023_7;
+/// ... and its constant term.
+pub(super) const ERFC_C0: f32 = -1.265_512_2;
 
 /// `x` with its low 12 significand bits cleared (its square is exact).
 #[inline(always)]

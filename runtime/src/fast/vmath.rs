@@ -17,7 +17,8 @@
 //! the same algorithm as [`super::math::exp`], operation for operation, with that one
 //! instruction in place of the two-step scale: 17 vector operations per 16 values instead of 31.
 //! Its results are the same bits (checked over every exponent range, denormal results,
-//! infinities and NaN by the tests below). The row loops here run four registers at a time:
+//! infinities and NaN by the tests below). [`sigmoid`] and [`gelu_erf`] are `math`'s the same
+//! way, and [`map_fast`] runs the three over slices for the elementwise engine. The row loops here run four registers at a time:
 //! one register per iteration leaves the core waiting on each `exp`'s chain of dependent
 //! operations.
 
@@ -90,7 +91,37 @@ pub fn exp_sub_sum(x: &[f32], m: f32, out: &mut [f32]) -> f64 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use avx512::exp;
+pub use avx512::{exp, gelu_erf, sigmoid};
+
+/// `out[i] = math::exp(x[i])`, `math::sigmoid` or `math::gelu_erf` (the same bits), in the
+/// AVX-512 forms: `None` (nothing done) for another function or on a CPU without AVX-512.
+pub fn map_fast(f: Fast, out: &mut [f32], x: &[f32]) -> Option<()> {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512F (checked just now).
+        unsafe {
+            match f {
+                Fast::Exp => avx512::map(out, x, |v| exp(v)),
+                Fast::Sigmoid => avx512::map(out, x, |v| sigmoid(v)),
+                Fast::GeluErf => avx512::map(out, x, |v| gelu_erf(v)),
+            }
+        }
+        return Some(());
+    }
+    let _ = (f, out, x);
+    None
+}
+
+/// The functions of [`map_fast`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fast {
+    /// `math::exp`.
+    Exp,
+    /// `math::sigmoid`.
+    Sigmoid,
+    /// `math::gelu_erf`.
+    GeluErf,
+}
 
 /// The AVX-512 forms.
 #[cfg(target_arch = "x86_64")]
@@ -116,17 +147,122 @@ mod avx512 {
         let nf = _mm512_sub_ps(t, s(MAGIC));
         // r = x - n ln2 (Cody-Waite), as `fma(-n, LN2_LO, fma(-n, LN2_HI, x))`.
         let r = _mm512_fnmadd_ps(nf, s(LN2_LO), _mm512_fnmadd_ps(nf, s(LN2_HI), xc));
-        // The degree-7 polynomial of `math::exp_poly`, in the same order.
+        // p * 2^n, rounded once (what `math::scale2` does in two exact steps).
+        let y = _mm512_scalef_ps(poly(r), nf);
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        _mm512_mask_mov_ps(y, nan, x)
+    }
+
+    /// The degree-7 polynomial of `math::exp_poly`, in the same order.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn poly(r: __m512) -> __m512 {
+        let s = _mm512_set1_ps;
         let r2 = _mm512_mul_ps(r, r);
         let t01 = _mm512_fmadd_ps(r, s(1.0 / 6.0), s(0.5));
         let t23 = _mm512_fmadd_ps(r, s(1.0 / 120.0), s(1.0 / 24.0));
         let t45 = _mm512_fmadd_ps(r, s(1.0 / 5040.0), s(1.0 / 720.0));
         let tail = _mm512_fmadd_ps(_mm512_fmadd_ps(t45, r2, t23), r2, t01);
-        let p = _mm512_fmadd_ps(r, _mm512_fmadd_ps(r, tail, s(1.0)), s(1.0));
-        // p * 2^n, rounded once (what `math::scale2` does in two exact steps).
-        let y = _mm512_scalef_ps(p, nf);
-        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
-        _mm512_mask_mov_ps(y, nan, x)
+        _mm512_fmadd_ps(r, _mm512_fmadd_ps(r, tail, s(1.0)), s(1.0))
+    }
+
+    /// `math::exp_hilo` on 16 lanes, bitwise (the scale by `2^n` in one `vscalefps`).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn exp_hilo(hi: __m512, lo: __m512) -> __m512 {
+        use super::math::{LN2_HI, LN2_LO, ROUND_MAGIC as MAGIC};
+        use std::f32::consts::LOG2_E as LOG2E;
+        let s = _mm512_set1_ps;
+        let t = _mm512_fmadd_ps(_mm512_add_ps(hi, lo), s(LOG2E), s(MAGIC));
+        let nf = _mm512_sub_ps(t, s(MAGIC));
+        let r = _mm512_add_ps(_mm512_fnmadd_ps(nf, s(LN2_HI), hi), lo);
+        let r = _mm512_fnmadd_ps(nf, s(LN2_LO), r);
+        _mm512_scalef_ps(poly(r), nf)
+    }
+
+    /// `math::sigmoid` on 16 lanes, bitwise (NaN in, NaN out).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub unsafe fn sigmoid(x: __m512) -> __m512 {
+        let one = _mm512_set1_ps(1.0);
+        // -|x|: the sign bit set (an integer `or`: `_mm512_or_ps` needs AVX-512DQ).
+        let sign = _mm512_set1_epi32(i32::MIN);
+        let e = exp(_mm512_castsi512_ps(_mm512_or_si512(
+            _mm512_castps_si512(x),
+            sign,
+        )));
+        let s = _mm512_div_ps(one, _mm512_add_ps(one, e));
+        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+        _mm512_mask_mov_ps(s, neg, _mm512_mul_ps(e, s))
+    }
+
+    /// `math::gelu_erf` on 16 lanes, bitwise (NaN in, NaN out), operation for operation.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub unsafe fn gelu_erf(x: __m512) -> __m512 {
+        use super::math::{ERFC_C0, ERFC_C1, ERFC_PAIRS};
+        let s = _mm512_set1_ps;
+        let zero = _mm512_setzero_ps();
+        // `x.abs().min(14.0)`: `min` gives its second operand for a NaN, as `f32::min` does.
+        let a = _mm512_min_ps(_mm512_abs_ps(x), s(14.0));
+        let ah = _mm512_castsi512_ps(_mm512_and_si512(
+            _mm512_castps_si512(a),
+            _mm512_set1_epi32(0xffff_f000u32 as i32),
+        ));
+        let hi = _mm512_mul_ps(s(-0.5), _mm512_mul_ps(ah, ah));
+        let lo = _mm512_mul_ps(
+            s(-0.5),
+            _mm512_mul_ps(_mm512_sub_ps(a, ah), _mm512_add_ps(a, ah)),
+        );
+        let z = _mm512_mul_ps(a, s(std::f32::consts::FRAC_1_SQRT_2));
+        // `erfc_core(z, hi, lo)`.
+        let t = _mm512_div_ps(s(1.0), _mm512_fmadd_ps(s(0.5), z, s(1.0)));
+        let t2 = _mm512_mul_ps(t, t);
+        let [a0, a1, a2, a3] = ERFC_PAIRS.map(|(k, c)| _mm512_fmadd_ps(t, s(k), s(c)));
+        let tail = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(a3, t2, a2),
+            _mm512_mul_ps(t2, t2),
+            _mm512_fmadd_ps(a1, t2, a0),
+        );
+        let p = _mm512_add_ps(
+            _mm512_add_ps(lo, s(ERFC_C0)),
+            _mm512_mul_ps(t, _mm512_fmadd_ps(t, tail, s(ERFC_C1))),
+        );
+        let c = _mm512_mul_ps(t, exp_hilo(hi, p));
+        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, zero);
+        let f = _mm512_mask_mov_ps(_mm512_sub_ps(s(2.0), c), neg, c);
+        let y = _mm512_mul_ps(_mm512_mul_ps(s(0.5), x), f);
+        let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, s(-14.0));
+        let y = _mm512_mask_mov_ps(y, tiny, s(-0.0));
+        let bad = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x)
+            | _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, s(f32::NEG_INFINITY));
+        _mm512_mask_mov_ps(y, bad, s(f32::NAN))
+    }
+
+    /// `out[i] = f(x[i])` over two slices of the same length, 16 lanes at a time (a masked
+    /// last step).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(super) unsafe fn map(out: &mut [f32], x: &[f32], f: impl Fn(__m512) -> __m512) {
+        let n = out.len().min(x.len());
+        let (p, o) = (x.as_ptr(), out.as_mut_ptr());
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: `i + 16 <= n` for both.
+            unsafe { _mm512_storeu_ps(o.add(i), f(_mm512_loadu_ps(p.add(i)))) };
+            i += 16;
+        }
+        if i < n {
+            // SAFETY: within both.
+            let (mask, v) = unsafe { load_tail(x, i, n) };
+            unsafe { _mm512_mask_storeu_ps(o.add(i), mask, f(v)) };
+        }
     }
 
     /// The four `f32` accumulators of a row sum, added into the `f64` lanes every
@@ -323,6 +459,60 @@ mod tests {
             f32::MIN,
         ]);
         check(&xs);
+    }
+
+    /// `sigmoid` and `gelu_erf` (and `exp`) through `map_fast` give `math`'s bits over a dense
+    /// sweep of [-30, 30], the edges of their selects and clamps, tiny and huge magnitudes and
+    /// the special values, for slice lengths that end in a partial register.
+    #[test]
+    fn fast_maps_are_bitwise_math() {
+        if !has() {
+            return;
+        }
+        let mut xs: Vec<f32> = (0..1_200_001).map(|i| -30.0 + i as f32 * 5e-5).collect();
+        let mut bits = 0x0000_0001u32;
+        while bits < 0x7f80_0000 {
+            let v = f32::from_bits(bits);
+            xs.extend([v, -v]);
+            bits += 99_991;
+        }
+        xs.extend([
+            0.0,
+            -0.0,
+            14.0,
+            -14.0,
+            14.000_001,
+            -14.000_001,
+            13.999_999,
+            -13.999_999,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+        ]);
+        type Scalar = fn(f32) -> f32;
+        let cases: [(Fast, Scalar); 3] = [
+            (Fast::Exp, math::exp),
+            (Fast::Sigmoid, math::sigmoid),
+            (Fast::GeluErf, math::gelu_erf),
+        ];
+        for (f, scalar) in cases {
+            for len in [xs.len(), 7] {
+                let x = &xs[xs.len() - len..];
+                let mut out = vec![0f32; len];
+                assert!(map_fast(f, &mut out, x).is_some());
+                for (&v, &y) in x.iter().zip(&out) {
+                    let want = scalar(v);
+                    assert!(
+                        y.to_bits() == want.to_bits() || (y.is_nan() && want.is_nan()),
+                        "{f:?}({v:e}): {y:e} vs {want:e}"
+                    );
+                }
+            }
+        }
     }
 
     /// Rows of every length class: empty, within one register, a partial last register,
