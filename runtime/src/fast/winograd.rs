@@ -140,6 +140,14 @@ pub(crate) fn image(
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
 ) {
+    let im = Image {
+        spec,
+        img,
+        x,
+        ww,
+        post,
+        out,
+    };
     let (_, tw16) = tile_cols(spec);
     let th = spec.oh.div_ceil(2);
     let per_row = 16 * (spec.cin + spec.cout) * tw16 * 4;
@@ -151,7 +159,7 @@ pub(crate) fn image(
         BUFS.with(|b| {
             let mut b = b.borrow_mut();
             let [split, v, m] = &mut *b;
-            job(spec, img, x, ww, post, out, (ty0, ty1), [split, v, m]);
+            job(&im, (ty0, ty1), [split, v, m]);
         });
         let oy0 = 2 * ty0;
         let oy1 = (2 * ty1).min(spec.oh);
@@ -171,19 +179,28 @@ pub(crate) fn image(
     });
 }
 
-/// Tile rows `ty0..ty1` of image `img`: split rows, input transform, 16 products, output
-/// transform.
-#[allow(clippy::too_many_arguments)]
-fn job(
-    spec: &ConvSpec,
+/// What the jobs of one image share: the convolution, the image's index and input, the
+/// transformed weights, the bias and ReLU, and the whole output.
+struct Image<'a> {
+    spec: &'a ConvSpec,
     img: usize,
-    x: &[f32],
-    ww: &WinogradWeights,
-    post: Post<'_>,
+    x: &'a [f32],
+    ww: &'a WinogradWeights,
+    post: Post<'a>,
     out: SendPtr,
-    (ty0, ty1): (usize, usize),
-    [split, v, m]: [&mut Vec<f32>; 3],
-) {
+}
+
+/// Tile rows `ty0..ty1` of an image: split rows, input transform, 16 products, output
+/// transform.
+fn job(im: &Image<'_>, (ty0, ty1): (usize, usize), [split, v, m]: [&mut Vec<f32>; 3]) {
+    let Image {
+        spec,
+        img,
+        x,
+        ww,
+        out,
+        ..
+    } = *im;
     let (cin, cout) = (spec.cin, spec.cout);
     let (_, tw16) = tile_cols(spec);
     let nty = ty1 - ty0;
@@ -243,7 +260,7 @@ fn job(
         assert!(done, "applies() checked the kernel");
     }
     ahead.finish();
-    output_transform(spec, img, post, out, (ty0, ty1), tw16, mplane, m);
+    output_transform(im, (ty0, ty1), tw16, mplane, m);
 }
 
 /// Cache lines to prefetch a few at a time: runs of floats, each for reading or writing.
@@ -392,17 +409,20 @@ fn input_transform(
 
 /// `Y = Aᵀ M A` of every tile (`M[ξ]` at `m[ξ * plane ..]`), plus the bias, then the ReLU,
 /// into output rows `2 ty0 ..`.
-#[allow(clippy::too_many_arguments)]
 fn output_transform(
-    spec: &ConvSpec,
-    img: usize,
-    post: Post<'_>,
-    out: SendPtr,
+    im: &Image<'_>,
     (ty0, ty1): (usize, usize),
     tw16: usize,
     plane: usize,
     m: &[f32],
 ) {
+    let Image {
+        spec,
+        img,
+        post,
+        out,
+        ..
+    } = *im;
     let (oh, ow, cout) = (spec.oh, spec.ow, spec.cout);
     let nty = ty1 - ty0;
     let t = nty * tw16;
