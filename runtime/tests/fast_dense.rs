@@ -751,6 +751,31 @@ fn conv_winograd_shapes() {
             &format!("winograd {x:?} cout {cout} p{p}, no bias"),
         );
     }
+    // Forty more shapes drawn at random (fixed seed) among those Winograd takes.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut draw = |lo: usize, hi: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        lo + (seed % (hi - lo + 1) as u64) as usize
+    };
+    let mut taken = 0;
+    for _ in 0..40 {
+        let (n, cin, cout, p) = (draw(1, 2), draw(4, 19), draw(4, 19), draw(0, 2));
+        let (h, w) = (draw(2, 30), draw(24, 72));
+        let Ok(spec) = ConvSpec::new([n, cin, h, w], [cout, cin, 3, 3], [1, 1], [p, p], [1, 1], 1)
+        else {
+            continue;
+        };
+        taken += usize::from(winograd::applies(&spec));
+        check_conv(&spec, true, &format!("winograd random {spec:?}"));
+    }
+    if fxhlo_runtime::fast::simd::has_avx512() {
+        assert!(
+            taken >= 20,
+            "only {taken} of the random shapes ran as Winograd"
+        );
+    }
     // Not for these: 5x5, stride 2, dilation 2, groups, too narrow an output.
     for spec in [
         conv([1, 8, 16, 32], 8, [5, 5], 1, 2, 1, 1),

@@ -633,7 +633,7 @@ fn implicit_image(
                     if c0 < nt {
                         let cols = cols_per.min(nt - c0);
                         for r in qi * mr..((qi + 1) * mr).min(cout_g) {
-                            prefetch_write(dst.wrapping_add(r * p + c0), cols);
+                            super::simd::prefetch_write(dst.wrapping_add(r * p + c0), cols);
                         }
                     }
                 })
@@ -645,20 +645,6 @@ fn implicit_image(
         });
     }
     PADDED.with(|b| *b.borrow_mut() = data);
-}
-
-/// Asks for the cache lines of the `n` floats at `p` for writing (a hint: never faults).
-fn prefetch_write(p: *mut f32, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for i in (0..n).step_by(16) {
-        // SAFETY: a prefetch is a hint and never faults.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-            _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(i) as *const i8);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, n);
 }
 
 /// Adds `bias` to each element of `row`, then applies the ReLU if `relu`.

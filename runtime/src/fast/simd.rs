@@ -80,6 +80,23 @@ pub(crate) fn prefetch(p: *const f32, len: usize) {
     let _ = (p, len);
 }
 
+/// Asks for the cache lines of the `len` floats at `p` for writing (`prefetchw`: the lines
+/// come in exclusive, so the stores that follow do not wait for memory). A hint: never faults.
+#[inline(always)]
+pub(crate) fn prefetch_write(p: *const f32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for i in (0..len).step_by(16) {
+        // SAFETY: a prefetch is a hint and never faults.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
+                p.wrapping_add(i) as *const i8,
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
+
 /// The cache lines of a run of floats, prefetched a few at a time over the steps of the work
 /// done before the run is read: a burst of a whole run's prefetches (dozens of lines) stalls
 /// on the core's miss buffers, while a few per step overlap the work.

@@ -297,17 +297,13 @@ impl Ahead {
     }
 
     fn advance(&mut self, mut n: usize) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
         while n > 0 && self.run < self.runs.len() {
             let (p, lines, write) = self.runs[self.run];
-            let q = p.wrapping_add(16 * self.line) as *const i8;
-            // SAFETY: a prefetch is a hint and never faults.
-            unsafe {
-                if write {
-                    _mm_prefetch::<_MM_HINT_ET0>(q);
-                } else {
-                    _mm_prefetch::<_MM_HINT_T0>(q);
-                }
+            let q = p.wrapping_add(16 * self.line);
+            if write {
+                super::simd::prefetch_write(q, 1);
+            } else {
+                super::simd::prefetch(q, 1);
             }
             n -= 1;
             self.line += 1;
