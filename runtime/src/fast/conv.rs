@@ -577,8 +577,10 @@ fn implicit_image(
         }
     }
     // The implicit GEMM's tile: `mr` rows, `cols_per` columns (see `sgemm::gemm_indirect`).
-    let mr = sgemm::arch_for(cout_g).mr;
-    let cols_per = sgemm::arch_for(cout_g).nr;
+    let (mr, cols_per) = {
+        let arch = sgemm::arch_for(cout_g);
+        (arch.mr, arch.nr)
+    };
     let mut data = PADDED.with(|b| std::mem::take(&mut *b.borrow_mut()));
     data.resize(spec.cin * plane, 0.0);
     for y0 in (0..spec.oh).step_by(band_rows) {

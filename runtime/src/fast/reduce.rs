@@ -639,6 +639,7 @@ fn run_block_body(
         let per = &carried_per[..done];
         // The input rows: read in place when the prologue is a plain contiguous load (of an
         // operand, or of an earlier stage's output).
+        // (The earlier stage's output read in place, if that is what the rows are.)
         let mut from_carried = None;
         let direct = st.prologue.as_contiguous_load().and_then(|(slot, off)| {
             let slot = slot as usize;
@@ -650,21 +651,22 @@ fn run_block_body(
                 }
             } else {
                 let j = slot.checked_sub(ns + OWN)?;
-                from_carried = Some(j);
-                (off == 0 && per.get(j) == Some(&len)).then(|| &before[j][..nb * len])
+                let rows = (off == 0 && per.get(j) == Some(&len)).then(|| &before[j][..nb * len]);
+                from_carried = rows.map(|_| j);
+                rows
             }
         });
-        // A layer norm whose rows a softmax reads next finds their maxima.
+        // A layer norm whose rows a softmax reads next finds their maxima; that softmax reads
+        // them (found as the rows were written) instead of its own pass.
         let find_max = matches!(st.op, ReduceOp::LayerNorm { .. })
             && k.stages.get(s + 1).is_some_and(|n| n.op.is_softmax());
-        let mut found = Vec::new();
-        if find_max {
-            found = std::mem::take(&mut *maxes);
-            found.clear();
-        }
-        // A softmax over a layer norm's rows reads their maxima, found as they were written.
-        let known_max = (direct.is_some() && from_carried.is_some() && from_carried == max_of)
-            .then_some(&maxes[..]);
+        let maxima = if find_max {
+            maxes.clear();
+            (None, Some(&mut *maxes))
+        } else {
+            let known = max_of.is_some() && from_carried == max_of;
+            (known.then_some(&maxes[..]), None)
+        };
         let xin: &[f32] = match direct {
             Some(v) => v,
             None => {
@@ -712,10 +714,9 @@ fn run_block_body(
             res0,
             (sr1, sr2),
             streamed.then_some(row),
-            (known_max, find_max.then_some(&mut found)),
+            maxima,
         );
         if find_max {
-            *maxes = found;
             max_of = None;
         }
         let results: [&[f32]; 3] = [res0, sr1, sr2];

@@ -68,33 +68,29 @@ pub(crate) use multiversion;
 #[inline(always)]
 pub(crate) fn prefetch(p: *const f32, len: usize) {
     #[cfg(target_arch = "x86_64")]
-    for i in (0..len).step_by(16) {
-        // SAFETY: a prefetch is a hint and never faults.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                p.wrapping_add(i) as *const i8
-            )
-        };
-    }
+    prefetch_lines::<{ std::arch::x86_64::_MM_HINT_T0 }>(p, len);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, len);
 }
 
-/// Asks for the cache lines of the `len` floats at `p` for writing (`prefetchw`: the lines
-/// come in exclusive, so the stores that follow do not wait for memory). A hint: never faults.
+/// [`prefetch`] for writing (`prefetchw`: the lines come in exclusive, so the stores that
+/// follow do not wait for memory).
 #[inline(always)]
 pub(crate) fn prefetch_write(p: *const f32, len: usize) {
     #[cfg(target_arch = "x86_64")]
-    for i in (0..len).step_by(16) {
-        // SAFETY: a prefetch is a hint and never faults.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
-                p.wrapping_add(i) as *const i8,
-            )
-        };
-    }
+    prefetch_lines::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p, len);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, len);
+}
+
+/// One `_mm_prefetch` with hint `H` per 64-byte line of the `len` floats at `p`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_lines<const H: i32>(p: *const f32, len: usize) {
+    for i in (0..len).step_by(16) {
+        // SAFETY: a prefetch is a hint and never faults.
+        unsafe { std::arch::x86_64::_mm_prefetch::<H>(p.wrapping_add(i) as *const i8) };
+    }
 }
 
 /// The cache lines of a run of floats, prefetched a few at a time over the steps of the work

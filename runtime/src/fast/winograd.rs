@@ -239,10 +239,16 @@ fn job(im: &Image<'_>, (ty0, ty1): (usize, usize), [split, v, m]: [&mut Vec<f32>
             ahead.push(x[(ci * h + iy0) * w..].as_ptr(), (iy1 - iy0) * w, false);
         }
     }
-    ahead.spread(16 * (t / (2 * LANES)).max(1) * cout.div_ceil(12));
+    // Over the first three quarters of the products' micro-tiles (each preceded by one step,
+    // see `sgemm::gemm_indirect`), so the last lines arrive before the output transform.
+    let arch = sgemm::arch_for(cout);
+    let tiles = 16 * (t / LANES).div_ceil(arch.nr / LANES) * cout.div_ceil(arch.mr);
+    ahead.spread(tiles * 3 / 4);
+    let mut bases: Vec<*const f32> = Vec::with_capacity(t / LANES);
     for (xi, u) in ww.u.iter().enumerate() {
         let vx = &v[xi * vplane..xi * vplane + cin * t];
-        let bases: Vec<*const f32> = (0..t / LANES).map(|jb| vx[LANES * jb..].as_ptr()).collect();
+        bases.clear();
+        bases.extend((0..t / LANES).map(|jb| vx[LANES * jb..].as_ptr()));
         let mx = &mut m[xi * mplane..xi * mplane + cout * t];
         // SAFETY: `u` is packed `cout x cin`; B's element (l, q) is `vx[l * t + q]`, inside
         // `vx` for l < cin and q < t; C is `mx`, `cout` rows of `t`, disjoint from `vx`.
@@ -437,24 +443,26 @@ fn output_transform(
             let rows = unsafe { std::slice::from_raw_parts_mut(out.get().add(base), len) };
             let (r0, r1) = rows.split_at_mut(ow);
             let m0 = m[co * t + ty * tw16..].as_ptr();
-            let stride = plane;
             let mut tail = [[0f32; 2 * LANES]; 2];
             for tx in (0..tw).step_by(LANES) {
                 let whole = tx < full;
+                // Where 32 floats of output row `r` go: the row itself for whole tiles, else
+                // the tail buffer (copied after); none for a second row past the output.
                 let [t0, t1] = &mut tail;
-                let (d0, d1) = match (whole, two) {
-                    (true, true) => (
-                        r0[2 * tx..][..2 * LANES].as_mut_ptr(),
-                        r1[2 * tx..][..2 * LANES].as_mut_ptr(),
-                    ),
-                    (true, false) => (r0[2 * tx..][..2 * LANES].as_mut_ptr(), std::ptr::null_mut()),
-                    (false, true) => (t0.as_mut_ptr(), t1.as_mut_ptr()),
-                    (false, false) => (t0.as_mut_ptr(), std::ptr::null_mut()),
+                let dst = |r: &mut [f32], t: &mut [f32; 2 * LANES]| match whole {
+                    true => r[2 * tx..][..2 * LANES].as_mut_ptr(),
+                    false => t.as_mut_ptr(),
                 };
-                // SAFETY: AVX-512 (applies()); `m0 + ξ * stride + tx .. + 16` lies in `m`
+                let d0 = dst(r0, t0);
+                let d1 = if two {
+                    dst(r1, t1)
+                } else {
+                    std::ptr::null_mut()
+                };
+                // SAFETY: AVX-512 (applies()); `m0 + ξ * plane + tx .. + 16` lies in `m`
                 // (tile rows are padded to whole blocks); `d0`/`d1` hold 32 floats each (an
                 // output run of whole tiles, or the tail buffer).
-                unsafe { avx512::output_tile(m0.add(tx), stride, bias, post.relu, d0, d1) };
+                unsafe { avx512::output_tile(m0.add(tx), plane, bias, post.relu, d0, d1) };
                 if !whole {
                     let n = ow - 2 * tx;
                     r0[2 * tx..].copy_from_slice(&tail[0][..n]);
