@@ -178,7 +178,13 @@ fn special_values_match_torch() {
     assert_eq!(math::expm1(1e-30), 1e-30);
     assert!(math::gelu_erf(f32::NEG_INFINITY).is_nan());
     assert!(math::gelu_tanh(f32::NEG_INFINITY).is_nan());
-    assert_eq!(math::gelu_erf(-30.0), 0.0);
+    assert_eq!(math::gelu_erf(-30.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(math::gelu_erf(f32::INFINITY), f32::INFINITY);
+    // Just above the clamp at -15: a tiny non-positive value, not a wrong large one.
+    for x in [-14.2f32, -14.9, -15.0] {
+        let g = math::gelu_erf(x);
+        assert!(g <= 0.0 && g > -1e-40, "gelu_erf({x}) = {g:e}");
+    }
     assert_eq!(math::tanh(-0.0).to_bits(), (-0.0f32).to_bits());
     assert_eq!(math::max_nan(-0.5, 0.0), 0.0);
     assert_eq!(math::remainder(-7.0, 3.0), 2.0);

@@ -97,7 +97,8 @@ fn scale_exp(p: f32, n: i32, x: f32) -> f32 {
     sel(x.is_nan(), x, scale2(p, n))
 }
 
-/// `p * 2^n` for `n` in `[-150, 129]` (see [`scale_exp`]).
+/// `p * 2^n` for `n` in `[-252, 254]` (see [`scale_exp`]; each step's factor is a normal
+/// power of two, and a result below the denormals rounds to zero in the second step).
 #[inline(always)]
 fn scale2(p: f32, n: i32) -> f32 {
     let n1 = n >> 1;
@@ -106,8 +107,8 @@ fn scale2(p: f32, n: i32) -> f32 {
 
 /// `e^(hi + lo)` for a small correction `lo` (an argument carried in two parts, so that the
 /// reduction subtracts `n ln2` from `hi` exactly before `lo` is added). Only for arguments
-/// known to be finite and in `[-104, 89]` (its callers' are bounded by construction), so it
-/// neither clamps nor checks for NaN.
+/// known to be finite and in `[-120, 89]` (its callers' are bounded by construction), so it
+/// neither clamps nor checks for NaN; below about `-104` the result underflows to zero.
 #[inline(always)]
 fn exp_hilo(hi: f32, lo: f32) -> f32 {
     let (n, nf) = round_log2e(hi + lo);
@@ -228,18 +229,28 @@ pub fn silu(x: f32) -> f32 {
 }
 
 /// Complementary error function of `z ≥ 0` (the Chebyshev fit of Numerical Recipes'
-/// `erfcc`, fractional error below 1.2e-7 before rounding), given `-z²` as `hi + lo` with `hi`
-/// exact, so the steep `exp(-z²)` factor sees no rounding of its argument. `z` must be finite
-/// and at most 10 (`hi ≥ -100`), which keeps [`exp_hilo`]'s argument in range.
+/// `erfcc`, fractional error below 1.2e-7 before rounding), given `-z²` as `hi + lo` with `lo`
+/// the exact rounding error of `hi` (see [`neg_half_square`]), so the steep `exp(-z²)` factor
+/// sees no rounding of its argument. `z` must be finite and at most 11 (`hi ≥ -121`), which
+/// keeps [`exp_hilo`]'s argument in range.
 #[inline(always)]
 fn erfc_core(z: f32, hi: f32, lo: f32) -> f32 {
-    let t = 1.0 / fma(0.5, z, 1.0);
+    let t = 1.0 / fma(z, 0.5, 1.0);
     // The tail from t² on in independent pairs, then the two leading terms.
     let t2 = t * t;
     let [a0, a1, a2, a3] = ERFC_PAIRS.map(|(k, c)| fma(t, k, c));
     let tail = fma(fma(a3, t2, a2), t2 * t2, fma(a1, t2, a0));
-    let p = (lo + ERFC_C0) + t * fma(t, tail, ERFC_C1);
+    let p = fma(t, fma(t, tail, ERFC_C1), lo + ERFC_C0);
     t * exp_hilo(hi, p)
+}
+
+/// `-a²/2` as `hi + lo`, exactly: `hi` rounded, `lo` its rounding error (one fused
+/// multiply-add; halving is exact).
+#[inline(always)]
+fn neg_half_square(a: f32) -> (f32, f32) {
+    let m = a * -0.5;
+    let hi = m * a;
+    (hi, fma(m, a, -hi))
 }
 
 /// The fit of [`erfc_core`] (also of `vmath`'s copy): its coefficients from `t²` on, in pairs
@@ -255,18 +266,13 @@ pub(super) const ERFC_C1: f32 = 1.000_023_7;
 /// ... and its constant term.
 pub(super) const ERFC_C0: f32 = -1.265_512_2;
 
-/// `x` with its low 12 significand bits cleared (its square is exact).
-#[inline(always)]
-fn split12(x: f32) -> f32 {
-    f32::from_bits(x.to_bits() & 0xffff_f000)
-}
-
 /// `erfc(|x|)`, with `|x|` clamped to 10 (where the result is below 3e-45).
 #[inline(always)]
 fn erfc_pos(x: f32) -> f32 {
     let z = x.abs().min(10.0);
-    let zh = split12(z);
-    erfc_core(z, -(zh * zh), -((z - zh) * (z + zh)))
+    // -z² = 2 * (-(z²)/2), both parts doubled exactly.
+    let (hi, lo) = neg_half_square(z);
+    erfc_core(z, 2.0 * hi, 2.0 * lo)
 }
 
 /// Complementary error function `1 - erf(x)`.
@@ -296,22 +302,17 @@ pub fn erf(x: f32) -> f32 {
 }
 
 /// GELU with the exact `erf`: `0.5 x (1 + erf(x/√2))`, computed as `0.5 x erfc(-x/√2)` so the
-/// negative side keeps its relative accuracy.
+/// negative side keeps its relative accuracy. `|x|` is clamped to 15, where `erfc` is zero in
+/// `f32`, so the special values need no selects: `-0` below `-15`, `inf` at `inf`, and NaN at
+/// NaN and at `-inf` (`0.5 * -inf * 0`, as PyTorch's `0.5 * -inf * (1 + erf(-inf))`).
 #[inline(always)]
 pub fn gelu_erf(x: f32) -> f32 {
-    // erfc(|x|/√2), with -(x²/2) split from x itself (x/√2 would round before squaring).
-    let a = x.abs().min(14.0);
-    let ah = split12(a);
-    let c = erfc_core(
-        a * std::f32::consts::FRAC_1_SQRT_2,
-        -0.5 * (ah * ah),
-        -0.5 * ((a - ah) * (a + ah)),
-    );
+    // erfc(|x|/√2), with -(x²/2) taken from |x| itself (x/√2 would round before squaring).
+    let a = x.abs().min(15.0);
+    let (hi, lo) = neg_half_square(a);
+    let c = erfc_core(a * std::f32::consts::FRAC_1_SQRT_2, hi, lo);
     let f = sel(x < 0.0, c, 2.0 - c);
-    let y = 0.5 * x * f;
-    let y = sel(x < -14.0, -0.0, y);
-    // 0.5 * -inf * (1 + erf(-inf)) is NaN in PyTorch.
-    sel(x.is_nan() || x == f32::NEG_INFINITY, f32::NAN, y)
+    (0.5 * x) * f
 }
 
 /// GELU with the `tanh` approximation: `0.5 x (1 + tanh(k (x + 0.044715 x³)))`, computed as

@@ -145,15 +145,20 @@ impl Spread {
     }
 }
 
-/// `dst.copy_from_slice(src)` with non-temporal stores where `dst` is 16-byte aligned (the
-/// lines go to memory without being read first); call [`stream_fence`] before another thread
-/// reads `dst`.
+/// `dst.copy_from_slice(src)` with non-temporal stores (the lines go to memory without being
+/// read first): 64-byte ones where the CPU has AVX-512, 16-byte ones where `dst` is 16-byte
+/// aligned elsewhere; call [`stream_fence`] before another thread reads `dst`.
 #[inline(always)]
 pub(crate) fn copy_nt(dst: &mut [f32], src: &[f32]) {
     let n = dst.len().min(src.len());
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
+        if has_avx512() {
+            // SAFETY: the CPU has AVX-512F (checked just now).
+            unsafe { map_nt512(dst, src, |v| v) };
+            return;
+        }
         let head = dst.as_ptr().align_offset(16).min(n);
         dst[..head].copy_from_slice(&src[..head]);
         let mut i = head;
@@ -191,15 +196,33 @@ pub(crate) fn scale_nt(dst: &mut [f32], src: &[f32], k: f32) {
 #[target_feature(enable = "avx512f")]
 unsafe fn scale_nt512(dst: &mut [f32], src: &[f32], k: f32) {
     use std::arch::x86_64::*;
-    let n = dst.len().min(src.len());
     let kv = _mm512_set1_ps(k);
-    // The first `len` (< 16) elements from `i`, by masked (plain) stores: one instruction
-    // instead of a scalar loop, whose stores each waited for the partial line's memory.
+    // SAFETY: the caller's CPU has AVX-512F.
+    unsafe { map_nt512(dst, src, |v| _mm512_mul_ps(v, kv)) }
+}
+
+/// `dst[i] = f(src[i])` 16 lanes at a time, with 64-byte non-temporal stores of the whole
+/// lines of `dst` and masked (plain) stores of its partial first and last lines: one
+/// instruction each instead of a scalar loop, whose stores each waited for the line's memory.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn map_nt512(
+    dst: &mut [f32],
+    src: &[f32],
+    f: impl Fn(std::arch::x86_64::__m512) -> std::arch::x86_64::__m512,
+) {
+    use std::arch::x86_64::*;
+    let n = dst.len().min(src.len());
+    // The first `len` (< 16) elements from `i`.
     let part = |dst: &mut [f32], i: usize, len: usize| {
         let m: __mmask16 = ((1u32 << len) - 1) as u16;
         // SAFETY: the mask covers `i..i + len`, inside both slices.
         unsafe {
-            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src.as_ptr().add(i)), kv);
+            let v = f(_mm512_maskz_loadu_ps(m, src.as_ptr().add(i)));
             _mm512_mask_storeu_ps(dst.as_mut_ptr().add(i), m, v);
         }
     };
@@ -211,8 +234,10 @@ unsafe fn scale_nt512(dst: &mut [f32], src: &[f32], k: f32) {
     while i + 16 <= n {
         // SAFETY: `i + 16 <= n` for both slices; `dst + i` is 64-byte aligned.
         unsafe {
-            let v = _mm512_mul_ps(_mm512_loadu_ps(src.as_ptr().add(i)), kv);
-            _mm512_stream_ps(dst.as_mut_ptr().add(i), v)
+            _mm512_stream_ps(
+                dst.as_mut_ptr().add(i),
+                f(_mm512_loadu_ps(src.as_ptr().add(i))),
+            )
         };
         i += 16;
     }

@@ -208,21 +208,15 @@ mod avx512 {
     pub unsafe fn gelu_erf(x: __m512) -> __m512 {
         use super::math::{ERFC_C0, ERFC_C1, ERFC_PAIRS};
         let s = _mm512_set1_ps;
-        let zero = _mm512_setzero_ps();
-        // `x.abs().min(14.0)`: `min` gives its second operand for a NaN, as `f32::min` does.
-        let a = _mm512_min_ps(_mm512_abs_ps(x), s(14.0));
-        let ah = _mm512_castsi512_ps(_mm512_and_si512(
-            _mm512_castps_si512(a),
-            _mm512_set1_epi32(0xffff_f000u32 as i32),
-        ));
-        let hi = _mm512_mul_ps(s(-0.5), _mm512_mul_ps(ah, ah));
-        let lo = _mm512_mul_ps(
-            s(-0.5),
-            _mm512_mul_ps(_mm512_sub_ps(a, ah), _mm512_add_ps(a, ah)),
-        );
+        // `x.abs().min(15.0)`: `min` gives its second operand for a NaN, as `f32::min` does.
+        let a = _mm512_min_ps(_mm512_abs_ps(x), s(15.0));
+        // `neg_half_square(a)`.
+        let m = _mm512_mul_ps(a, s(-0.5));
+        let hi = _mm512_mul_ps(m, a);
+        let lo = _mm512_fmsub_ps(m, a, hi);
         let z = _mm512_mul_ps(a, s(std::f32::consts::FRAC_1_SQRT_2));
         // `erfc_core(z, hi, lo)`.
-        let t = _mm512_div_ps(s(1.0), _mm512_fmadd_ps(s(0.5), z, s(1.0)));
+        let t = _mm512_div_ps(s(1.0), _mm512_fmadd_ps(z, s(0.5), s(1.0)));
         let t2 = _mm512_mul_ps(t, t);
         let [a0, a1, a2, a3] = ERFC_PAIRS.map(|(k, c)| _mm512_fmadd_ps(t, s(k), s(c)));
         let tail = _mm512_fmadd_ps(
@@ -230,29 +224,41 @@ mod avx512 {
             _mm512_mul_ps(t2, t2),
             _mm512_fmadd_ps(a1, t2, a0),
         );
-        let p = _mm512_add_ps(
+        let p = _mm512_fmadd_ps(
+            t,
+            _mm512_fmadd_ps(t, tail, s(ERFC_C1)),
             _mm512_add_ps(lo, s(ERFC_C0)),
-            _mm512_mul_ps(t, _mm512_fmadd_ps(t, tail, s(ERFC_C1))),
         );
         let c = _mm512_mul_ps(t, exp_hilo(hi, p));
-        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, zero);
-        let f = _mm512_mask_mov_ps(_mm512_sub_ps(s(2.0), c), neg, c);
-        let y = _mm512_mul_ps(_mm512_mul_ps(s(0.5), x), f);
-        let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, s(-14.0));
-        let y = _mm512_mask_mov_ps(y, tiny, s(-0.0));
-        let bad = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x)
-            | _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, s(f32::NEG_INFINITY));
-        _mm512_mask_mov_ps(y, bad, s(f32::NAN))
+        // `x < 0 ? c : 2 - c` (a NaN takes `2 - c`; the product below is NaN either way).
+        let pos = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, _mm512_setzero_ps());
+        let f = _mm512_mask_sub_ps(c, pos, s(2.0), c);
+        _mm512_mul_ps(_mm512_mul_ps(s(0.5), x), f)
     }
 
-    /// `out[i] = f(x[i])` over two slices of the same length, 16 lanes at a time (a masked
-    /// last step).
+    /// `out[i] = f(x[i])` over two slices of the same length, four registers at a time (one
+    /// per iteration leaves the core waiting on each call's chain of dependent operations),
+    /// then 16 lanes at a time, then a masked last step.
     #[target_feature(enable = "avx512f")]
     #[inline]
     pub(super) unsafe fn map(out: &mut [f32], x: &[f32], f: impl Fn(__m512) -> __m512) {
         let n = out.len().min(x.len());
         let (p, o) = (x.as_ptr(), out.as_mut_ptr());
         let mut i = 0;
+        while i + 64 <= n {
+            // SAFETY: `i + 64 <= n` for both.
+            unsafe {
+                let a = f(_mm512_loadu_ps(p.add(i)));
+                let b = f(_mm512_loadu_ps(p.add(i + 16)));
+                let c = f(_mm512_loadu_ps(p.add(i + 32)));
+                let d = f(_mm512_loadu_ps(p.add(i + 48)));
+                _mm512_storeu_ps(o.add(i), a);
+                _mm512_storeu_ps(o.add(i + 16), b);
+                _mm512_storeu_ps(o.add(i + 32), c);
+                _mm512_storeu_ps(o.add(i + 48), d);
+            }
+            i += 64;
+        }
         while i + 16 <= n {
             // SAFETY: `i + 16 <= n` for both.
             unsafe { _mm512_storeu_ps(o.add(i), f(_mm512_loadu_ps(p.add(i)))) };
