@@ -219,6 +219,30 @@ fn fxhlo(args: &[&str]) -> std::process::Output {
         .expect("run fxhlo")
 }
 
+/// `fxhlo copy-peak` prints one time per copy and a bandwidth as JSON, and refuses an empty
+/// size with a reason instead of timing nothing.
+#[test]
+fn cli_copy_peak_times_the_streaming_copy() {
+    let out = fxhlo(&["copy-peak", "--mib", "4", "--iters", "3", "--threads", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let times = v["times_ms"].as_array().unwrap();
+    assert_eq!(times.len(), 3);
+    assert!(times.iter().all(|t| t.as_f64().unwrap() > 0.0));
+    assert!(v["gbs"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        (v["mib"].as_u64(), v["threads"].as_u64()),
+        (Some(4), Some(2))
+    );
+    let bad = fxhlo(&["copy-peak", "--mib", "0"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("the size must be 1 to 65536 MiB"));
+}
+
 #[test]
 fn cli_compiles_an_artifact_and_runs_it_like_the_interpreter() {
     let dir = testdata().into_iter().find(|d| d.ends_with("cnn")).unwrap();

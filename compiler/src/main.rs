@@ -167,6 +167,19 @@ enum Cmd {
         #[command(flatten)]
         runtime: RuntimeArgs,
     },
+    /// Time the fast runtime's streaming copy (non-temporal stores) of `--mib` MiB of f32 and
+    /// print each copy's milliseconds as JSON: the benchmark's copy-bandwidth peak.
+    CopyPeak {
+        /// Size of the source (and of the destination), MiB.
+        #[arg(long, default_value_t = 256)]
+        mib: usize,
+        /// Timed copies.
+        #[arg(long, default_value_t = 5)]
+        iters: usize,
+        /// Worker threads (default: FXHLO_NUM_THREADS, else every core).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// Print the op coverage table (docs/ops.md) generated from the op table.
     Ops,
     /// Lower a model to a StableHLO module (MLIR text).
@@ -587,6 +600,25 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 profile,
             };
             bench(&model, inputs, &opts, &pipeline, &runtime)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::CopyPeak {
+            mib,
+            iters,
+            threads,
+        } => {
+            let threads = threads.unwrap_or_else(fxhlo_runtime::fast::exec::default_threads);
+            let ms = fxhlo_runtime::fast::exec::time_stream_copy(mib, threads, iters)
+                .map_err(fxhlo::DriverError::Other)?;
+            let bytes = 2.0 * (mib as f64) * (1 << 20) as f64;
+            let best = ms.iter().copied().fold(f64::INFINITY, f64::min);
+            let json = serde_json::json!({
+                "mib": mib,
+                "threads": threads,
+                "times_ms": ms,
+                "gbs": bytes / (best * 1e-3) / 1e9,
+            });
+            println!("{json}");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Ops => {

@@ -510,10 +510,18 @@ fn softmax_rows(x: &[f32], rows: usize, len: usize, op: ReduceOp) -> Vec<f32> {
 
 /// A softmax gives the same bits for a row whatever the number of rows around it (row blocks
 /// and threads), matches an `f64` softmax, gives a fully masked row (all `-inf`) zeros when
-/// safe and NaN when plain, and a row with one NaN all NaN.
+/// safe and NaN when plain, and a row with one NaN all NaN. Both sizes stream their output
+/// (each row's stores made during the next row's exp loop); rows of 1003 end inside a cache
+/// line and inside a step of that loop.
 #[test]
 fn softmax_rows_agree_across_sizes_and_propagate_masks_and_nan() {
-    let (rows, len) = (8192usize, 1024usize);
+    for (rows, len) in [(8192usize, 1024usize), (8364, 1003)] {
+        softmax_rows_case(rows, len);
+    }
+}
+
+fn softmax_rows_case(rows: usize, len: usize) {
+    assert!(rows * len >= fxhlo_runtime::fast::expr::STREAM_ELEMS);
     let mut x = rand_vec(rows * len, 7);
     x[3 * len..4 * len].fill(f32::NEG_INFINITY);
     x[5 * len + 700] = f32::NAN;

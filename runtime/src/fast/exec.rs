@@ -164,6 +164,33 @@ fn pool_for(threads: usize) -> Result<Arc<rayon::ThreadPool>, rayon::ThreadPoolB
     })
 }
 
+/// Times `reps` copies of `mib` MiB of `f32` by [`super::simd::copy_streaming`] on a pool of
+/// `threads` threads (the kernels' pool), after one untimed copy that maps the pages; each
+/// copy's milliseconds. The benchmark's copy-bandwidth peak beside torch's and numpy's copies,
+/// which use plain stores (each destination line is read before it is written).
+pub fn time_stream_copy(mib: usize, threads: usize, reps: usize) -> Result<Vec<f64>, String> {
+    if !(1..=1 << 16).contains(&mib) || threads == 0 || reps == 0 {
+        return Err(format!(
+            "copy of {mib} MiB on {threads} threads, {reps} times: the size must be 1 to 65536 \
+             MiB, the threads and repetitions at least 1"
+        ));
+    }
+    let pool = pool_for(threads).map_err(|e| e.to_string())?;
+    let n = mib << 18;
+    let src = vec![1.0f32; n];
+    let mut dst = vec![0.0f32; n];
+    Ok(pool.install(|| {
+        super::simd::copy_streaming(&mut dst, &src);
+        (0..reps)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                super::simd::copy_streaming(&mut dst, &src);
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect()
+    }))
+}
+
 /// Loads artifacts and runs them; one executor may run many times (not concurrently: runs
 /// share its arena).
 pub struct Executor {

@@ -17,6 +17,7 @@
 //! of their exact value.
 
 use super::expr::{run_elementwise, Expr, LeafSrc, STREAM_ELEMS};
+use super::simd::{ScaleNt, Spread};
 use super::vmath::{exp_sub_sum, row_sq_dev, tree};
 use super::{Dst, Src};
 use rayon::prelude::*;
@@ -627,7 +628,7 @@ fn run_block_body(
         }
         let RowScratch {
             x,
-            row,
+            rows,
             r0: sr0,
             r1: sr1,
             r2: sr2,
@@ -713,7 +714,7 @@ fn run_block_body(
             xin,
             res0,
             (sr1, sr2),
-            streamed.then_some(row),
+            streamed.then_some(rows),
             maxima,
         );
         if find_max {
@@ -823,12 +824,14 @@ fn reduce_rows(
     x: &[f32],
     res0: &mut [f32],
     (res1, res2): (&mut Vec<f32>, &mut Vec<f32>),
-    mut stream: Option<&mut Vec<f32>>,
+    mut stream: Option<&mut [Vec<f32>; 2]>,
     (known, mut found): (Option<&[f32]>, Option<&mut Vec<f32>>),
 ) {
     if let Some(t) = stream.as_deref_mut() {
-        t.resize(st.len, 0.0);
+        t.iter_mut().for_each(|t| t.resize(st.len, 0.0));
     }
+    // A streamed softmax row whose scaled copy is still to be written: (row, buffer, 1/sum).
+    let mut pending: Option<(usize, usize, f32)> = None;
     let len = st.len;
     let lf = len as f64;
     for r in 0..rows {
@@ -836,7 +839,7 @@ fn reduce_rows(
         // before each of this row's passes (ops of one pass ask for all of them at once); a
         // burst of a whole row's prefetches stalls on the core's miss buffers.
         let next = x.get((r + 1) * len..(r + 2) * len).unwrap_or(&[]);
-        let mut ahead = super::simd::Spread::new(next.as_ptr(), next.len(), 3);
+        let mut ahead = Spread::new(next.as_ptr(), next.len(), 3);
         let x = &x[r * len..(r + 1) * len];
         ahead.step();
         match st.op {
@@ -862,22 +865,42 @@ fn reduce_rows(
                     None => extreme(x, true),
                 };
                 ahead.step();
-                let out = &mut res0[r * len..(r + 1) * len];
+                let (before, out) = res0.split_at_mut(r * len);
+                let out = &mut out[..len];
                 if st.op == ReduceOp::SafeSoftmax && m == f32::NEG_INFINITY {
                     out.fill(0.0);
                     continue;
                 }
                 // A row streamed to memory is computed in an L1 row and written once, with
-                // non-temporal stores; otherwise in place.
-                let s = match stream.as_deref_mut() {
-                    Some(t) => exp_sub_sum(x, m, t),
-                    None => exp_sub_sum(x, m, out),
+                // non-temporal stores; otherwise in place. The stores of a streamed row are
+                // made during the next row's exp loop, four lines per 64 elements: written
+                // after its own loop, a row's 64 stores came in a burst and stalled the core
+                // on the line fill buffers (a quarter of layer norm + softmax's time).
+                let (s, cur) = match stream.as_deref_mut() {
+                    Some(bufs) => {
+                        let cur = pending.map_or(0, |(_, b, _)| 1 - b);
+                        let [b0, b1] = bufs;
+                        let (t, prev) = if cur == 0 { (b0, &*b1) } else { (b1, &*b0) };
+                        let mut w = pending.take().map(|(pr, _, k)| {
+                            ScaleNt::new(&mut before[pr * len..(pr + 1) * len], prev, k)
+                        });
+                        let s = exp_sub_sum(x, m, t, || {
+                            if let Some(w) = w.as_mut() {
+                                w.lines(4);
+                            }
+                        });
+                        if let Some(w) = w {
+                            w.finish();
+                        }
+                        (s, Some(cur))
+                    }
+                    None => (exp_sub_sum(x, m, out, || ()), None),
                 };
                 ahead.step();
                 if st.op != ReduceOp::LogSoftmax {
                     let inv = (1.0 / s) as f32;
-                    match stream.as_deref() {
-                        Some(t) => super::simd::scale_nt(out, t, inv),
+                    match cur {
+                        Some(b) => pending = Some((r, b, inv)),
                         None => out.iter_mut().for_each(|o| *o *= inv),
                     }
                 } else {
@@ -928,6 +951,9 @@ fn reduce_rows(
         // Ops of one pass: the rest of the lines.
         ahead.finish();
     }
+    if let (Some((pr, b, k)), Some(bufs)) = (pending, stream) {
+        ScaleNt::new(&mut res0[pr * len..(pr + 1) * len], &bufs[b], k).finish();
+    }
 }
 
 /// Per-thread buffers of a row block: input rows, one streamed softmax row, results 0, 1 and 2
@@ -935,7 +961,7 @@ fn reduce_rows(
 #[derive(Default)]
 struct RowScratch {
     x: Vec<f32>,
-    row: Vec<f32>,
+    rows: [Vec<f32>; 2],
     r0: Vec<f32>,
     r1: Vec<f32>,
     r2: Vec<f32>,

@@ -173,6 +173,22 @@ pub(crate) fn copy_nt(dst: &mut [f32], src: &[f32]) {
     dst[..n].copy_from_slice(&src[..n]);
 }
 
+/// `dst.copy_from_slice(src)` split into 1 MiB pieces over the current rayon pool, each piece
+/// with the non-temporal stores of [`copy_nt`] and a fence: the fastest copy this runtime
+/// knows (see `exec::time_stream_copy`).
+pub fn copy_streaming(dst: &mut [f32], src: &[f32]) {
+    use rayon::prelude::*;
+    const PIECE: usize = 1 << 18;
+    let n = dst.len().min(src.len());
+    dst[..n]
+        .par_chunks_mut(PIECE)
+        .zip(src[..n].par_chunks(PIECE))
+        .for_each(|(d, s)| {
+            copy_nt(d, s);
+            stream_fence();
+        });
+}
+
 /// `dst[i] = src[i] * k` with 64-byte non-temporal stores where the CPU has AVX-512 (plain
 /// stores elsewhere); call [`stream_fence`] before another thread reads `dst`.
 #[inline(always)]
@@ -186,6 +202,91 @@ pub(crate) fn scale_nt(dst: &mut [f32], src: &[f32], k: f32) {
     for (o, &x) in dst.iter_mut().zip(src) {
         *o = x * k;
     }
+}
+
+/// [`scale_nt`] spread over other work: [`ScaleNt::lines`] writes the next few whole lines of
+/// `dst` (AVX-512 only; elsewhere it does nothing), [`ScaleNt::finish`] the rest, with the same
+/// values and stores as one `scale_nt`.
+pub(crate) struct ScaleNt<'a> {
+    dst: &'a mut [f32],
+    src: &'a [f32],
+    k: f32,
+    /// Elements of `dst` written so far (the partial first line included, once started).
+    done: usize,
+}
+
+impl<'a> ScaleNt<'a> {
+    /// `dst[i] = src[i] * k`, nothing written yet.
+    pub(crate) fn new(dst: &'a mut [f32], src: &'a [f32], k: f32) -> ScaleNt<'a> {
+        let n = dst.len().min(src.len());
+        ScaleNt {
+            dst: &mut dst[..n],
+            src: &src[..n],
+            k,
+            done: 0,
+        }
+    }
+
+    /// Writes up to `lines` more 64-byte lines (the partial first line too, the first time).
+    #[inline(always)]
+    pub(crate) fn lines(&mut self, lines: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512() {
+            // SAFETY: the CPU has AVX-512F (checked just now).
+            self.done = unsafe { scale_lines512(self.dst, self.src, self.k, self.done, lines) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = lines;
+    }
+
+    /// Writes the rest.
+    pub(crate) fn finish(self) {
+        let i = self.done;
+        scale_nt(&mut self.dst[i..], &self.src[i..], self.k);
+    }
+}
+
+/// [`ScaleNt::lines`] with AVX-512: from element `i` (0: not started, when the partial first
+/// line is written by a masked store), up to `lines` whole lines by non-temporal stores; the
+/// new `i`.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scale_lines512(
+    dst: &mut [f32],
+    src: &[f32],
+    k: f32,
+    mut i: usize,
+    lines: usize,
+) -> usize {
+    use std::arch::x86_64::*;
+    let n = dst.len().min(src.len());
+    let kv = _mm512_set1_ps(k);
+    if i == 0 {
+        let head = dst.as_ptr().align_offset(64).min(n).min(15);
+        if head > 0 {
+            let m: __mmask16 = ((1u32 << head) - 1) as u16;
+            // SAFETY: the mask covers `0..head`, inside both slices.
+            unsafe {
+                let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src.as_ptr()), kv);
+                _mm512_mask_storeu_ps(dst.as_mut_ptr(), m, v);
+            }
+        }
+        i = head;
+    }
+    let end = n.min(i + 16 * lines);
+    while i + 16 <= end {
+        // SAFETY: `i + 16 <= n` for both slices; `dst + i` is 64-byte aligned (past the head).
+        unsafe {
+            let v = _mm512_mul_ps(_mm512_loadu_ps(src.as_ptr().add(i)), kv);
+            _mm512_stream_ps(dst.as_mut_ptr().add(i), v);
+        }
+        i += 16;
+    }
+    i
 }
 
 /// [`scale_nt`] with AVX-512.
@@ -488,31 +589,61 @@ impl Moves for Avx2Moves {
 
 #[cfg(test)]
 mod tests {
-    /// `scale_nt` at every alignment and for lengths around whole lines: the scaled values in
+    /// `copy_streaming` over pieces of 1 MiB, from a source and into a destination that start
+    /// off a line, with a length that ends inside one: every element, nothing past the end.
+    #[test]
+    fn copy_streaming_copies_every_element() {
+        let n = (3 << 18) + 37;
+        let src: Vec<f32> = (0..n + 3).map(|i| i as f32 * 0.25 - 7.0).collect();
+        let mut dst = vec![f32::NAN; n + 8];
+        super::copy_streaming(&mut dst[5..5 + n], &src[3..3 + n]);
+        assert!(dst[5..5 + n]
+            .iter()
+            .zip(&src[3..])
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert!(dst[..5].iter().chain(&dst[5 + n..]).all(|v| v.is_nan()));
+    }
+
+    /// `scale_nt`, and `ScaleNt` written a few lines at a time (0 to 3 per call, then
+    /// `finish`), at every alignment and for lengths around whole lines: the scaled values in
     /// the window (head and tail by masked stores, the middle streamed), nothing outside it.
     #[test]
     fn scale_nt_any_alignment_and_length() {
         let src: Vec<f32> = (0..80).map(|i| i as f32 - 20.5).collect();
         let mut buf = vec![0f32; 128];
-        for off in 0..16 {
-            for len in 0..=80 {
-                buf.fill(7.0);
-                // The window starts `off` floats past a 64-byte boundary.
-                let base = buf.as_ptr().align_offset(64);
-                let start = base + off;
-                if start + len > buf.len() {
-                    continue;
+        for (off, len, per) in
+            (0..16).flat_map(|o| (0..=80).flat_map(move |l| (0..5).map(move |p| (o, l, p))))
+        {
+            buf.fill(7.0);
+            // The window starts `off` floats past a 64-byte boundary.
+            let base = buf.as_ptr().align_offset(64);
+            let start = base + off;
+            if start + len > buf.len() {
+                continue;
+            }
+            {
+                let (dst, src) = (&mut buf[start..start + len], &src[..len]);
+                if per == 4 {
+                    super::scale_nt(dst, src, 0.5);
+                } else {
+                    let mut w = super::ScaleNt::new(dst, src, 0.5);
+                    for _ in 0..2 {
+                        w.lines(per);
+                    }
+                    w.finish();
                 }
-                super::scale_nt(&mut buf[start..start + len], &src[..len], 0.5);
                 super::stream_fence();
-                for (i, &v) in buf.iter().enumerate() {
-                    let want = if (start..start + len).contains(&i) {
-                        src[i - start] * 0.5
-                    } else {
-                        7.0
-                    };
-                    assert_eq!(v, want, "offset {off}, length {len}, element {i}");
-                }
+            }
+            for (i, &v) in buf.iter().enumerate() {
+                let want = if (start..start + len).contains(&i) {
+                    src[i - start] * 0.5
+                } else {
+                    7.0
+                };
+                assert_eq!(
+                    v, want,
+                    "offset {off}, length {len}, {per} lines a call, element {i}"
+                );
             }
         }
     }
