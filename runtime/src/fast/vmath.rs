@@ -75,8 +75,8 @@ pub fn row_sq_dev(x: &[f32], m: f64) -> f64 {
     })
 }
 
-/// `out[i] = math::exp(x[i] - m)`, and the sum of `out` in the order of the row sums. `x` and
-/// `out` have the same length. `tick` is called after each 64 elements of the AVX-512 loop
+/// `out[i] = math::exp(x[i] - m)`, and the sum of `out` in the order of the row sums, for `m`
+/// at least every `x[i]` (the row's maximum) or NaN. `x` and `out` have the same length. `tick` is called after each 64 elements of the AVX-512 loop
 /// (never by the portable one): a caller hides other work there, spread over the loop.
 #[inline(always)]
 pub fn exp_sub_sum(x: &[f32], m: f32, out: &mut [f32], tick: impl FnMut()) -> f64 {
@@ -155,6 +155,27 @@ mod avx512 {
         _mm512_mask_mov_ps(y, nan, x)
     }
 
+    /// [`exp`] for `x ≤ 0` or NaN, where it gives the same bits with three operations fewer:
+    /// the clamp at 89 changes nothing there, and a NaN comes out of the arithmetic as itself
+    /// quieted (the same bits as `exp`'s select for every quiet NaN, and the callers' NaNs are
+    /// results of arithmetic, so quiet). For the softmax's `x - max` and the sigmoid's `-|x|`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn exp_nonpos(x: __m512) -> __m512 {
+        use super::math::{LN2_HI, LN2_LO, ROUND_MAGIC as MAGIC};
+        use std::f32::consts::LOG2_E as LOG2E;
+        let s = _mm512_set1_ps;
+        // `max` gives its second operand when either is NaN: the NaN goes on.
+        let xc = _mm512_max_ps(s(-104.0), x);
+        let t = _mm512_fmadd_ps(xc, s(LOG2E), s(MAGIC));
+        let nf = _mm512_sub_ps(t, s(MAGIC));
+        let r = _mm512_fnmadd_ps(nf, s(LN2_LO), _mm512_fnmadd_ps(nf, s(LN2_HI), xc));
+        _mm512_scalef_ps(poly(r), nf)
+    }
+
     /// The degree-7 polynomial of `math::exp_poly`, in the same order.
     #[target_feature(enable = "avx512f")]
     #[inline]
@@ -192,7 +213,7 @@ mod avx512 {
         let one = _mm512_set1_ps(1.0);
         // -|x|: the sign bit set (an integer `or`: `_mm512_or_ps` needs AVX-512DQ).
         let sign = _mm512_set1_epi32(i32::MIN);
-        let e = exp(_mm512_castsi512_ps(_mm512_or_si512(
+        let e = exp_nonpos(_mm512_castsi512_ps(_mm512_or_si512(
             _mm512_castps_si512(x),
             sign,
         )));
@@ -387,7 +408,8 @@ mod avx512 {
                 // Four independent `exp`s side by side.
                 // SAFETY: `i + 64 <= n` for both.
                 let e = unsafe {
-                    [0, 1, 2, 3].map(|j| exp(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16 * j)), mv)))
+                    [0, 1, 2, 3]
+                        .map(|j| exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16 * j)), mv)))
                 };
                 for (j, e) in e.into_iter().enumerate() {
                     unsafe { _mm512_storeu_ps(o.add(i + 16 * j), e) };
@@ -400,7 +422,7 @@ mod avx512 {
                 let j = (i / 16) % 4;
                 // SAFETY: within the block.
                 let (mask, v) = unsafe { load_tail(bx, i, n) };
-                let e = exp(_mm512_sub_ps(v, mv));
+                let e = exp_nonpos(_mm512_sub_ps(v, mv));
                 unsafe { _mm512_mask_storeu_ps(o.add(i), mask, e) };
                 acc.a[j] = _mm512_add_ps(acc.a[j], _mm512_maskz_mov_ps(mask, e));
                 i += 16;
@@ -560,14 +582,30 @@ mod tests {
         if !has() {
             return;
         }
-        for x in rows() {
+        // Also rows whose `x - max` reach the denormal results and past them, and rows with a
+        // NaN, a -inf, a +inf, or only -inf (the softmax's special cases).
+        let mut extra: Vec<Vec<f32>> = vec![(0..300).map(|i| -0.4 * i as f32).collect()];
+        for v in [f32::NAN, f32::NEG_INFINITY, f32::INFINITY] {
+            let mut r: Vec<f32> = (0..100).map(|i| i as f32 * 0.3 - 10.0).collect();
+            r[37] = v;
+            extra.push(r);
+        }
+        extra.push(vec![f32::NEG_INFINITY; 40]);
+        for x in rows().into_iter().chain(extra) {
             let n = x.len();
             let m = 0.37f32;
             // SAFETY: checked above.
             let q = unsafe { avx512::sq_dev(&x, m) };
             let want = blocked(&x, |a, v| math::fma(v - m, v - m, a));
             assert_eq!(q.to_bits(), want.to_bits(), "sq dev, n = {n}");
-            let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            // The maximum as the kernels find it: NaN if any element is.
+            let mx = x.iter().copied().fold(f32::NEG_INFINITY, |m, v| {
+                if m.is_nan() || v.is_nan() {
+                    f32::NAN
+                } else {
+                    m.max(v)
+                }
+            });
             let want: Vec<f32> = x.iter().map(|&v| math::exp(v - mx)).collect();
             let mut got = vec![0f32; n];
             let e = unsafe { avx512::exp_sub_sum(&x, mx, &mut got, || ()) };
