@@ -155,10 +155,13 @@ mod avx512 {
         _mm512_mask_mov_ps(y, nan, x)
     }
 
-    /// [`exp`] for `x ≤ 0` or NaN, where it gives the same bits with three operations fewer:
-    /// the clamp at 89 changes nothing there, and a NaN comes out of the arithmetic as itself
-    /// quieted (the same bits as `exp`'s select for every quiet NaN, and the callers' NaNs are
-    /// results of arithmetic, so quiet). For the softmax's `x - max` and the sigmoid's `-|x|`.
+    /// [`exp`] for `x ≤ 0` or a quiet NaN, where it gives the same bits with three operations
+    /// fewer: the clamp at 89 changes nothing there, and a quiet NaN comes out of the
+    /// arithmetic as itself, so `exp`'s select of it is not needed. That holds because nothing
+    /// here negates a NaN: `r = x - n ln2` is a multiply-add by the negated constants, not a
+    /// negated multiply-add (which flips a NaN's sign), and every NaN operand along the way has
+    /// `x`'s bits, whichever of them an instruction passes on. For the softmax's `x - max` and
+    /// the sigmoid's `-|x|`.
     ///
     /// # Safety
     /// The CPU must have AVX-512F.
@@ -172,7 +175,7 @@ mod avx512 {
         let xc = _mm512_max_ps(s(-104.0), x);
         let t = _mm512_fmadd_ps(xc, s(LOG2E), s(MAGIC));
         let nf = _mm512_sub_ps(t, s(MAGIC));
-        let r = _mm512_fnmadd_ps(nf, s(LN2_LO), _mm512_fnmadd_ps(nf, s(LN2_HI), xc));
+        let r = _mm512_fmadd_ps(nf, s(-LN2_LO), _mm512_fmadd_ps(nf, s(-LN2_HI), xc));
         _mm512_scalef_ps(poly(r), nf)
     }
 
@@ -583,9 +586,10 @@ mod tests {
             return;
         }
         // Also rows whose `x - max` reach the denormal results and past them, and rows with a
-        // NaN, a -inf, a +inf, or only -inf (the softmax's special cases).
+        // NaN of either sign (`x - max` is then `x`'s NaN at that element and the maximum's
+        // elsewhere), a -inf, a +inf, or only -inf (the softmax's special cases).
         let mut extra: Vec<Vec<f32>> = vec![(0..300).map(|i| -0.4 * i as f32).collect()];
-        for v in [f32::NAN, f32::NEG_INFINITY, f32::INFINITY] {
+        for v in [f32::NAN, -f32::NAN, f32::NEG_INFINITY, f32::INFINITY] {
             let mut r: Vec<f32> = (0..100).map(|i| i as f32 * 0.3 - 10.0).collect();
             r[37] = v;
             extra.push(r);
