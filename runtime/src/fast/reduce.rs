@@ -809,8 +809,9 @@ fn run_block_body(
 /// Computes a stage's results over the rows `x` (`len` each): result 0 into `res0` (one value
 /// or one row per row), results 1 and 2 (layer norm's mean and rstd) pushed onto `res1`, `res2`.
 /// With `stream` (a softmax whose `res0` is an output far larger than the caches), each row is
-/// computed in that L1 buffer and written to `res0` once, with non-temporal stores: written in
-/// place, the stores of the fast exp loop miss in a burst and stall the core on them.
+/// computed in one of those two L1 buffers and written to `res0` once, with non-temporal stores
+/// made during the next row's exp loop: written in place, the stores of the fast exp loop miss
+/// in a burst and stall the core on them.
 ///
 /// `maxes`: for a softmax, the maxima of the rows `x` when known (no pass to find them); for
 /// a layer norm, where to push the maxima of its result rows, found in the pass that writes
@@ -830,8 +831,9 @@ fn reduce_rows(
     if let Some(t) = stream.as_deref_mut() {
         t.iter_mut().for_each(|t| t.resize(st.len, 0.0));
     }
-    // A streamed softmax row whose scaled copy is still to be written: (row, buffer, 1/sum).
-    let mut pending: Option<(usize, usize, f32)> = None;
+    // A streamed softmax row whose scaled copy is still to be written, from `stream[1]`:
+    // (row, 1/sum).
+    let mut pending: Option<(usize, f32)> = None;
     let len = st.len;
     let lf = len as f64;
     for r in 0..rows {
@@ -876,12 +878,12 @@ fn reduce_rows(
                 // made during the next row's exp loop, four lines per 64 elements: written
                 // after its own loop, a row's 64 stores came in a burst and stalled the core
                 // on the line fill buffers (a quarter of layer norm + softmax's time).
-                let (s, cur) = match stream.as_deref_mut() {
+                // This row goes into `stream[0]`, which then swaps places with the pending
+                // row's `stream[1]`.
+                let s = match stream.as_deref_mut() {
                     Some(bufs) => {
-                        let cur = pending.map_or(0, |(_, b, _)| 1 - b);
-                        let [b0, b1] = bufs;
-                        let (t, prev) = if cur == 0 { (b0, &*b1) } else { (b1, &*b0) };
-                        let mut w = pending.take().map(|(pr, _, k)| {
+                        let [t, prev] = &mut *bufs;
+                        let mut w = pending.take().map(|(pr, k)| {
                             ScaleNt::new(&mut before[pr * len..(pr + 1) * len], prev, k)
                         });
                         let s = exp_sub_sum(x, m, t, || {
@@ -892,15 +894,16 @@ fn reduce_rows(
                         if let Some(w) = w {
                             w.finish();
                         }
-                        (s, Some(cur))
+                        bufs.swap(0, 1);
+                        s
                     }
-                    None => (exp_sub_sum(x, m, out, || ()), None),
+                    None => exp_sub_sum(x, m, out, || ()),
                 };
                 ahead.step();
                 if st.op != ReduceOp::LogSoftmax {
                     let inv = (1.0 / s) as f32;
-                    match cur {
-                        Some(b) => pending = Some((r, b, inv)),
+                    match stream {
+                        Some(_) => pending = Some((r, inv)),
                         None => out.iter_mut().for_each(|o| *o *= inv),
                     }
                 } else {
@@ -951,8 +954,8 @@ fn reduce_rows(
         // Ops of one pass: the rest of the lines.
         ahead.finish();
     }
-    if let (Some((pr, b, k)), Some(bufs)) = (pending, stream) {
-        ScaleNt::new(&mut res0[pr * len..(pr + 1) * len], &bufs[b], k).finish();
+    if let (Some((pr, k)), Some(bufs)) = (pending, stream) {
+        ScaleNt::new(&mut res0[pr * len..(pr + 1) * len], &bufs[1], k).finish();
     }
 }
 

@@ -18,9 +18,9 @@
 //! instruction in place of the two-step scale: 17 vector operations per 16 values instead of 31.
 //! Its results are the same bits (checked over every exponent range, denormal results,
 //! infinities and NaN by the tests below). [`sigmoid`] and [`gelu_erf`] are `math`'s the same
-//! way, and [`map_fast`] runs the three over slices for the elementwise engine. The row loops here run four registers at a time:
-//! one register per iteration leaves the core waiting on each `exp`'s chain of dependent
-//! operations.
+//! way, and [`map_fast`] runs the three over slices for the elementwise engine. The row loops
+//! here run four registers at a time: one register per iteration leaves the core waiting on
+//! each `exp`'s chain of dependent operations.
 
 use super::math;
 
@@ -76,8 +76,9 @@ pub fn row_sq_dev(x: &[f32], m: f64) -> f64 {
 }
 
 /// `out[i] = math::exp(x[i] - m)`, and the sum of `out` in the order of the row sums, for `m`
-/// at least every `x[i]` (the row's maximum) or NaN. `x` and `out` have the same length. `tick` is called after each 64 elements of the AVX-512 loop
-/// (never by the portable one): a caller hides other work there, spread over the loop.
+/// at least every `x[i]` (the row's maximum) or NaN. `x` and `out` have the same length.
+/// `tick` is called after each 64 elements of the AVX-512 loop (never by the portable one): a
+/// caller hides other work there, spread over the loop.
 #[inline(always)]
 pub fn exp_sub_sum(x: &[f32], m: f32, out: &mut [f32], tick: impl FnMut()) -> f64 {
     #[cfg(target_arch = "x86_64")]
@@ -131,51 +132,44 @@ mod avx512 {
     use super::{tree, SUM_BLOCK, SUM_LANES};
     use std::arch::x86_64::*;
 
-    /// `e^x` on 16 lanes, bitwise equal to [`super::math::exp`] on each lane.
+    /// `e^x` on 16 lanes, bitwise equal to [`super::math::exp`] on each lane: [`exp_core`]
+    /// of `x` clamped at 89, and a NaN `x` returned as it is.
     ///
     /// # Safety
     /// The CPU must have AVX-512F.
     #[target_feature(enable = "avx512f")]
     #[inline]
     pub unsafe fn exp(x: __m512) -> __m512 {
-        use super::math::{LN2_HI, LN2_LO, ROUND_MAGIC as MAGIC};
-        use std::f32::consts::LOG2_E as LOG2E;
-        let s = _mm512_set1_ps;
-        // `x.clamp(-104, 89)`: `max`/`min` return their second operand when either is NaN, and a
-        // NaN `x` is replaced by itself at the end anyway.
-        let xc = _mm512_min_ps(s(89.0), _mm512_max_ps(s(-104.0), x));
-        // n = round(x log2 e) as a float, from one fused rounding with the magic constant.
-        let t = _mm512_fmadd_ps(xc, s(LOG2E), s(MAGIC));
-        let nf = _mm512_sub_ps(t, s(MAGIC));
-        // r = x - n ln2 (Cody-Waite), as `fma(-n, LN2_LO, fma(-n, LN2_HI, x))`.
-        let r = _mm512_fnmadd_ps(nf, s(LN2_LO), _mm512_fnmadd_ps(nf, s(LN2_HI), xc));
-        // p * 2^n, rounded once (what `math::scale2` does in two exact steps).
-        let y = _mm512_scalef_ps(poly(r), nf);
+        // `min` returns its second operand when either is NaN: a NaN `x` goes on, and is
+        // replaced by itself at the end.
+        let y = exp_core(_mm512_min_ps(_mm512_set1_ps(89.0), x));
         let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
         _mm512_mask_mov_ps(y, nan, x)
     }
 
-    /// [`exp`] for `x ≤ 0` or a quiet NaN, where it gives the same bits with three operations
-    /// fewer: the clamp at 89 changes nothing there, and a quiet NaN comes out of the
-    /// arithmetic as itself, so `exp`'s select of it is not needed. That holds because nothing
-    /// here negates a NaN: `r = x - n ln2` is a multiply-add by the negated constants, not a
-    /// negated multiply-add (which flips a NaN's sign), and every NaN operand along the way has
-    /// `x`'s bits, whichever of them an instruction passes on. For the softmax's `x - max` and
-    /// the sigmoid's `-|x|`.
+    /// [`exp`]'s bits for `x ≤ 89` or a quiet NaN, without its clamp at 89 and its select of a
+    /// NaN: a quiet NaN comes out of the arithmetic as itself. That holds because nothing here
+    /// negates a NaN: `r = x - n ln2` (Cody-Waite) is a multiply-add by the negated constants,
+    /// not a negated multiply-add (which flips a NaN's sign depending on the operand order the
+    /// compiler picks), and every NaN operand along the way has `x`'s bits. Three operations
+    /// fewer for the softmax's `x - max` and the sigmoid's `-|x|`, never positive.
     ///
     /// # Safety
     /// The CPU must have AVX-512F.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    unsafe fn exp_nonpos(x: __m512) -> __m512 {
+    unsafe fn exp_core(x: __m512) -> __m512 {
         use super::math::{LN2_HI, LN2_LO, ROUND_MAGIC as MAGIC};
         use std::f32::consts::LOG2_E as LOG2E;
         let s = _mm512_set1_ps;
         // `max` gives its second operand when either is NaN: the NaN goes on.
         let xc = _mm512_max_ps(s(-104.0), x);
+        // n = round(x log2 e) as a float, from one fused rounding with the magic constant.
         let t = _mm512_fmadd_ps(xc, s(LOG2E), s(MAGIC));
         let nf = _mm512_sub_ps(t, s(MAGIC));
+        // `fma(-n, LN2_LO, fma(-n, LN2_HI, x))`, as `math::exp`.
         let r = _mm512_fmadd_ps(nf, s(-LN2_LO), _mm512_fmadd_ps(nf, s(-LN2_HI), xc));
+        // p * 2^n, rounded once (what `math::scale2` does in two exact steps).
         _mm512_scalef_ps(poly(r), nf)
     }
 
@@ -216,7 +210,7 @@ mod avx512 {
         let one = _mm512_set1_ps(1.0);
         // -|x|: the sign bit set (an integer `or`: `_mm512_or_ps` needs AVX-512DQ).
         let sign = _mm512_set1_epi32(i32::MIN);
-        let e = exp_nonpos(_mm512_castsi512_ps(_mm512_or_si512(
+        let e = exp_core(_mm512_castsi512_ps(_mm512_or_si512(
             _mm512_castps_si512(x),
             sign,
         )));
@@ -412,7 +406,7 @@ mod avx512 {
                 // SAFETY: `i + 64 <= n` for both.
                 let e = unsafe {
                     [0, 1, 2, 3]
-                        .map(|j| exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16 * j)), mv)))
+                        .map(|j| exp_core(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16 * j)), mv)))
                 };
                 for (j, e) in e.into_iter().enumerate() {
                     unsafe { _mm512_storeu_ps(o.add(i + 16 * j), e) };
@@ -425,7 +419,7 @@ mod avx512 {
                 let j = (i / 16) % 4;
                 // SAFETY: within the block.
                 let (mask, v) = unsafe { load_tail(bx, i, n) };
-                let e = exp_nonpos(_mm512_sub_ps(v, mv));
+                let e = exp_core(_mm512_sub_ps(v, mv));
                 unsafe { _mm512_mask_storeu_ps(o.add(i), mask, e) };
                 acc.a[j] = _mm512_add_ps(acc.a[j], _mm512_maskz_mov_ps(mask, e));
                 i += 16;
