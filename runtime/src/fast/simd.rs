@@ -246,47 +246,83 @@ impl<'a> ScaleNt<'a> {
     }
 }
 
-/// [`ScaleNt::lines`] with AVX-512: from element `i` (0: not started, when the partial first
-/// line is written by a masked store), up to `lines` whole lines by non-temporal stores; the
-/// new `i`.
+/// `dst[j] = f(src[j])` from element `i` over up to `lines` whole 64-byte lines of `dst`, by
+/// non-temporal stores; `i` 0 means not started, when the partial first line (up to the first
+/// 64-byte boundary of `dst`) is written first, by a masked store. The new `i`. Shared by
+/// [`ScaleNt::lines`] and [`map_nt512`].
 ///
 /// # Safety
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn scale_lines512(
+unsafe fn lines512(
     dst: &mut [f32],
     src: &[f32],
-    k: f32,
     mut i: usize,
     lines: usize,
+    f: impl Fn(std::arch::x86_64::__m512) -> std::arch::x86_64::__m512,
 ) -> usize {
     use std::arch::x86_64::*;
     let n = dst.len().min(src.len());
-    let kv = _mm512_set1_ps(k);
     if i == 0 {
         let head = dst.as_ptr().align_offset(64).min(n).min(15);
-        if head > 0 {
-            let m: __mmask16 = ((1u32 << head) - 1) as u16;
-            // SAFETY: the mask covers `0..head`, inside both slices.
-            unsafe {
-                let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src.as_ptr()), kv);
-                _mm512_mask_storeu_ps(dst.as_mut_ptr(), m, v);
-            }
-        }
+        // SAFETY: `head < 16`, inside both slices; the caller's CPU has AVX-512F.
+        unsafe { part512(dst, src, 0, head, &f) };
         i = head;
     }
     let end = n.min(i + 16 * lines);
     while i + 16 <= end {
         // SAFETY: `i + 16 <= n` for both slices; `dst + i` is 64-byte aligned (past the head).
         unsafe {
-            let v = _mm512_mul_ps(_mm512_loadu_ps(src.as_ptr().add(i)), kv);
-            _mm512_stream_ps(dst.as_mut_ptr().add(i), v);
-        }
+            _mm512_stream_ps(
+                dst.as_mut_ptr().add(i),
+                f(_mm512_loadu_ps(src.as_ptr().add(i))),
+            )
+        };
         i += 16;
     }
     i
+}
+
+/// [`lines512`] of `src[j] * k`.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scale_lines512(dst: &mut [f32], src: &[f32], k: f32, i: usize, lines: usize) -> usize {
+    use std::arch::x86_64::*;
+    let kv = _mm512_set1_ps(k);
+    // SAFETY: the caller's CPU has AVX-512F.
+    unsafe { lines512(dst, src, i, lines, |v| _mm512_mul_ps(v, kv)) }
+}
+
+/// `dst[j] = f(src[j])` for the `len` (below 16) elements from `i`, by one masked (plain) store:
+/// one instruction instead of a scalar loop, whose stores each waited for the line's memory.
+///
+/// # Safety
+/// The CPU must have AVX-512F, and `i + len` must lie within both slices.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn part512(
+    dst: &mut [f32],
+    src: &[f32],
+    i: usize,
+    len: usize,
+    f: impl Fn(std::arch::x86_64::__m512) -> std::arch::x86_64::__m512,
+) {
+    use std::arch::x86_64::*;
+    if len > 0 {
+        let m: __mmask16 = ((1u32 << len) - 1) as u16;
+        // SAFETY: the mask covers `i..i + len`, inside both slices (the caller's promise).
+        unsafe {
+            let v = f(_mm512_maskz_loadu_ps(m, src.as_ptr().add(i)));
+            _mm512_mask_storeu_ps(dst.as_mut_ptr().add(i), m, v);
+        }
+    }
 }
 
 /// [`scale_nt`] with AVX-512.
@@ -303,8 +339,7 @@ unsafe fn scale_nt512(dst: &mut [f32], src: &[f32], k: f32) {
 }
 
 /// `dst[i] = f(src[i])` 16 lanes at a time, with 64-byte non-temporal stores of the whole
-/// lines of `dst` and masked (plain) stores of its partial first and last lines: one
-/// instruction each instead of a scalar loop, whose stores each waited for the line's memory.
+/// lines of `dst` and masked (plain) stores of its partial first and last lines.
 ///
 /// # Safety
 /// The CPU must have AVX-512F.
@@ -316,35 +351,11 @@ unsafe fn map_nt512(
     src: &[f32],
     f: impl Fn(std::arch::x86_64::__m512) -> std::arch::x86_64::__m512,
 ) {
-    use std::arch::x86_64::*;
     let n = dst.len().min(src.len());
-    // The first `len` (< 16) elements from `i`.
-    let part = |dst: &mut [f32], i: usize, len: usize| {
-        let m: __mmask16 = ((1u32 << len) - 1) as u16;
-        // SAFETY: the mask covers `i..i + len`, inside both slices.
-        unsafe {
-            let v = f(_mm512_maskz_loadu_ps(m, src.as_ptr().add(i)));
-            _mm512_mask_storeu_ps(dst.as_mut_ptr().add(i), m, v);
-        }
-    };
-    let head = dst.as_ptr().align_offset(64).min(n).min(15);
-    if head > 0 {
-        part(dst, 0, head);
-    }
-    let mut i = head;
-    while i + 16 <= n {
-        // SAFETY: `i + 16 <= n` for both slices; `dst + i` is 64-byte aligned.
-        unsafe {
-            _mm512_stream_ps(
-                dst.as_mut_ptr().add(i),
-                f(_mm512_loadu_ps(src.as_ptr().add(i))),
-            )
-        };
-        i += 16;
-    }
-    if i < n {
-        part(dst, i, n - i);
-    }
+    // SAFETY (both): the caller's CPU has AVX-512F; fewer than 16 elements are left after the
+    // whole lines, inside both slices.
+    let i = unsafe { lines512(dst, src, 0, n / 16 + 1, &f) };
+    unsafe { part512(dst, src, i, n - i, &f) };
 }
 
 /// Orders the non-temporal stores of [`copy_nt`] before the stores that follow.
