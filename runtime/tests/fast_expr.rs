@@ -561,8 +561,11 @@ fn softmax_rows_case(rows: usize, len: usize) {
 }
 
 /// A layer norm whose rows a softmax reads next (one kernel: the softmax takes the rows'
-/// maxima from the pass that wrote them) gives the bits of the two run as separate kernels,
-/// with and without weight and bias, for rows long and short, with a NaN row.
+/// maxima from the pass that wrote them, which leaves NaN out) gives the bits of the two run
+/// as separate kernels, NaN bits included, with and without weight and bias, for rows long and
+/// short, plain, safe and log softmax: with a NaN row (a NaN input), a NaN column (a NaN in
+/// the bias: a NaN in every row next to finite values) and rows of only `-inf` (a bias of
+/// `-inf`: zeros when safe, NaN otherwise).
 #[test]
 fn layer_norm_then_softmax_in_one_kernel_gives_the_bits_of_two() {
     for (rows, len) in [(300usize, 1024usize), (37, 5), (64, 100)] {
@@ -570,70 +573,101 @@ fn layer_norm_then_softmax_in_one_kernel_gives_the_bits_of_two() {
         x[2 * len + len / 2] = f32::NAN;
         let w: Vec<f32> = rand_vec(len, 12).iter().map(|v| 1.0 + 0.1 * v).collect();
         let b = rand_vec(len, 13);
-        for affine in [false, true] {
-            let n = if affine { 3 } else { 1 };
-            let stage = |op, prologue: Expr, outputs| {
-                let mut e = ExprBuilder::new(&[len]);
-                let (weight, bias) = if affine && matches!(op, ReduceOp::LayerNorm { .. }) {
-                    let wv = e.leaf(slot(1, 0, vec![1]));
-                    let weight = e.finish(&[wv]);
-                    let mut e = ExprBuilder::new(&[len]);
-                    let bv = e.leaf(slot(2, 0, vec![1]));
-                    (Some(weight), Some(e.finish(&[bv])))
-                } else {
-                    (None, None)
-                };
-                RowStage {
-                    op,
-                    len,
-                    prologue,
-                    weight,
-                    bias,
-                    outputs,
-                }
-            };
-            let load = |slot_no: u32| {
-                let mut e = ExprBuilder::new(&[rows, len]);
-                let v = e.leaf(slot(slot_no, 0, vec![len as i64, 1]));
-                e.finish(&[v])
-            };
-            let ln = ReduceOp::LayerNorm { eps: 1e-5 };
-            let srcs: Vec<Src<'_>> = if affine {
-                vec![Src::F32(&x), Src::F32(&w), Src::F32(&b)]
-            } else {
-                vec![Src::F32(&x)]
-            };
-            // Separately: the layer norm, then a softmax over its result.
-            let k1 = RowReduce {
-                rows,
-                stages: vec![stage(ln, load(0), vec![RowOut::Result(0)])],
-            };
-            let mut y = vec![0f32; rows * len];
-            run_row_reduce(&k1, &srcs, &mut [Dst::F32(&mut y)]).unwrap();
-            let k2 = RowReduce {
-                rows,
-                stages: vec![stage(ReduceOp::Softmax, load(0), vec![RowOut::Result(0)])],
-            };
-            let mut want = vec![0f32; rows * len];
-            run_row_reduce(&k2, &[Src::F32(&y)], &mut [Dst::F32(&mut want)]).unwrap();
-            // One kernel: the softmax reads stage 0's output (scratch slot n + 4).
-            let k = RowReduce {
-                rows,
-                stages: vec![
-                    stage(ln, load(0), vec![RowOut::Result(0)]),
-                    stage(ReduceOp::Softmax, load(n + 4), vec![RowOut::Result(0)]),
-                ],
-            };
-            let mut got = vec![0f32; rows * len];
-            run_row_reduce(&k, &srcs, &mut [Dst::F32(&mut got)]).unwrap();
-            assert!(got[2 * len..3 * len].iter().all(|v| v.is_nan()));
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                    "{rows}x{len} affine {affine}: element {i}: {g} vs {w}"
-                );
+        let mut b_nan = b.clone();
+        b_nan[len / 3] = -f32::NAN;
+        let b_ninf = vec![f32::NEG_INFINITY; len];
+        for (affine, b) in [(false, &b), (true, &b), (true, &b_nan), (true, &b_ninf)] {
+            for op in [
+                ReduceOp::Softmax,
+                ReduceOp::SafeSoftmax,
+                ReduceOp::LogSoftmax,
+            ] {
+                ln_softmax_case(rows, len, &x, &w, b, affine, op);
             }
         }
+    }
+}
+
+fn ln_softmax_case(
+    rows: usize,
+    len: usize,
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    affine: bool,
+    op: ReduceOp,
+) {
+    let n = if affine { 3 } else { 1 };
+    let stage = |op, prologue: Expr, outputs| {
+        let mut e = ExprBuilder::new(&[len]);
+        let (weight, bias) = if affine && matches!(op, ReduceOp::LayerNorm { .. }) {
+            let wv = e.leaf(slot(1, 0, vec![1]));
+            let weight = e.finish(&[wv]);
+            let mut e = ExprBuilder::new(&[len]);
+            let bv = e.leaf(slot(2, 0, vec![1]));
+            (Some(weight), Some(e.finish(&[bv])))
+        } else {
+            (None, None)
+        };
+        RowStage {
+            op,
+            len,
+            prologue,
+            weight,
+            bias,
+            outputs,
+        }
+    };
+    let load = |slot_no: u32| {
+        let mut e = ExprBuilder::new(&[rows, len]);
+        let v = e.leaf(slot(slot_no, 0, vec![len as i64, 1]));
+        e.finish(&[v])
+    };
+    let ln = ReduceOp::LayerNorm { eps: 1e-5 };
+    let srcs: Vec<Src<'_>> = if affine {
+        vec![Src::F32(x), Src::F32(w), Src::F32(b)]
+    } else {
+        vec![Src::F32(x)]
+    };
+    // Separately: the layer norm, then a softmax over its result.
+    let k1 = RowReduce {
+        rows,
+        stages: vec![stage(ln, load(0), vec![RowOut::Result(0)])],
+    };
+    let mut y = vec![0f32; rows * len];
+    run_row_reduce(&k1, &srcs, &mut [Dst::F32(&mut y)]).unwrap();
+    let k2 = RowReduce {
+        rows,
+        stages: vec![stage(op, load(0), vec![RowOut::Result(0)])],
+    };
+    let mut want = vec![0f32; rows * len];
+    run_row_reduce(&k2, &[Src::F32(&y)], &mut [Dst::F32(&mut want)]).unwrap();
+    // One kernel: the softmax reads stage 0's output (scratch slot n + 4).
+    let k = RowReduce {
+        rows,
+        stages: vec![
+            stage(ln, load(0), vec![RowOut::Result(0)]),
+            stage(op, load(n + 4), vec![RowOut::Result(0)]),
+        ],
+    };
+    let mut got = vec![0f32; rows * len];
+    run_row_reduce(&k, &srcs, &mut [Dst::F32(&mut got)]).unwrap();
+    assert!(got[2 * len..3 * len].iter().all(|v| v.is_nan()));
+    if b[0] == f32::NEG_INFINITY && op == ReduceOp::SafeSoftmax {
+        // (Row 2's NaN input makes its layer norm NaN, bias or not.)
+        let (head, tail) = (&got[..2 * len], &got[3 * len..]);
+        assert!(
+            head.iter().chain(tail).all(|&v| v == 0.0),
+            "{op:?}: rows of -inf"
+        );
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits(),
+            "{rows}x{len} affine {affine} {op:?}: element {i}: {g} ({:#x}) vs {w} ({:#x})",
+            g.to_bits(),
+            w.to_bits()
+        );
     }
 }
 

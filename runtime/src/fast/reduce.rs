@@ -10,15 +10,16 @@
 //!
 //! Row blocks run in parallel (rayon); a block is a fixed number of whole rows and every sum in
 //! a row is accumulated in a fixed order, so results are bitwise the same for any thread count
-//! (and in every compiled copy). Sums that may cancel (`sum`, `mean`, `var`'s and layer norm's
-//! mean) are accumulated in `f64` over 16 lanes, and match the `f64` reference interpreter to
-//! well within `1e-6`; sums of non-negative terms (a softmax's denominator, layer norm's sum of
-//! squared deviations) use the faster blocked `f32` lanes of [`super::vmath`], within `16 ε`
-//! of their exact value.
+//! (and in every compiled copy). Sums that may cancel (`sum`, `mean`, `var`) are accumulated in
+//! `f64` over 16 lanes, and match the `f64` reference interpreter to well within `1e-6`; sums
+//! of non-negative terms (a softmax's denominator) use the faster blocked `f32` lanes of
+//! [`super::vmath`], within `16 ε` of their exact value, and layer norm takes its mean and
+//! variance as the corrected two-pass moments over those lanes (within `1e-6` of the row's
+//! spread of its `f64` mean).
 
 use super::expr::{run_elementwise, Expr, LeafSrc, STREAM_ELEMS};
 use super::simd::{ScaleNt, Spread};
-use super::vmath::{exp_sub_sum, row_sq_dev, tree};
+use super::vmath::{exp_sub_sum, normalize, normalize_max, row_dev_sums, row_sum, tree};
 use super::{Dst, Src};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -862,9 +863,13 @@ fn reduce_rows(
                 res0[r] = (sq_dev_f64(x, m) / (lf - correction).max(0.0)) as f32;
             }
             ReduceOp::Softmax | ReduceOp::SafeSoftmax | ReduceOp::LogSoftmax => {
-                let m = match known {
-                    Some(k) => k[r],
-                    None => extreme(x, true),
+                // Maxima found by a layer norm leave NaN out (see `normalize_max`): a row of
+                // them that is all -inf gets its exact maximum here, and one with a NaN (whose
+                // sum is then NaN) after the sum, with the sum made again from it, so every
+                // row gives the bits it would with its exact maximum.
+                let mut m = match known {
+                    Some(k) if k[r] != f32::NEG_INFINITY => k[r],
+                    _ => extreme(x, true),
                 };
                 ahead.step();
                 let (before, out) = res0.split_at_mut(r * len);
@@ -880,7 +885,7 @@ fn reduce_rows(
                 // on the line fill buffers (a quarter of layer norm + softmax's time).
                 // This row goes into `stream[0]`, which then swaps places with the pending
                 // row's `stream[1]`.
-                let s = match stream.as_deref_mut() {
+                let mut s = match stream.as_deref_mut() {
                     Some(bufs) => {
                         let [t, prev] = &mut *bufs;
                         let mut w = pending.take().map(|(pr, k)| {
@@ -899,6 +904,17 @@ fn reduce_rows(
                     }
                     None => exp_sub_sum(x, m, out, || ()),
                 };
+                if known.is_some() && s.is_nan() && !m.is_nan() {
+                    let e = extreme(x, true);
+                    if e.is_nan() {
+                        m = e;
+                        let row = match stream.as_deref_mut() {
+                            Some(bufs) => &mut bufs[1][..],
+                            None => &mut *out,
+                        };
+                        s = exp_sub_sum(x, m, row, || ());
+                    }
+                }
                 ahead.step();
                 if st.op != ReduceOp::LogSoftmax {
                     let inv = (1.0 / s) as f32;
@@ -914,38 +930,23 @@ fn reduce_rows(
                 }
             }
             ReduceOp::LayerNorm { eps } => {
-                let m = sum_f64(x) / lf;
+                // The corrected two-pass moments: a first mean from `f32` lane sums, then the
+                // sums of the deviations from it, which correct it (to within the rounding of
+                // the deviations: well below `1e-6` of the row's spread) and give the variance
+                // without cancellation.
+                let m1 = (row_sum(x) / lf) as f32;
                 ahead.step();
-                let var = row_sq_dev(x, m) / lf;
+                let (sd, sq) = row_dev_sums(x, m1);
                 ahead.step();
+                let m = m1 as f64 + sd / lf;
+                let var = ((sq - sd * sd / lf) / lf).max(0.0);
                 let rstd = 1.0 / (var + eps).sqrt();
                 let (mf, rf) = (m as f32, rstd as f32);
                 let out = &mut res0[r * len..(r + 1) * len];
                 // One pass, in the op order `((x - mean) * rstd) * weight + bias`.
-                match (weight, bias) {
-                    (Some(w), Some(b)) => {
-                        for ((o, &v), (&g, &c)) in out.iter_mut().zip(x).zip(w.iter().zip(b)) {
-                            *o = (v - mf) * rf * g + c;
-                        }
-                    }
-                    (Some(w), None) => {
-                        for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
-                            *o = (v - mf) * rf * g;
-                        }
-                    }
-                    (None, Some(b)) => {
-                        for ((o, &v), &c) in out.iter_mut().zip(x).zip(b) {
-                            *o = (v - mf) * rf + c;
-                        }
-                    }
-                    (None, None) => {
-                        for (o, &v) in out.iter_mut().zip(x) {
-                            *o = (v - mf) * rf;
-                        }
-                    }
-                }
-                if let Some(f) = found.as_deref_mut() {
-                    f.push(extreme(out, true));
+                match found.as_deref_mut() {
+                    Some(f) => f.push(normalize_max(x, (mf, rf), weight, bias, out)),
+                    None => normalize(x, (mf, rf), weight, bias, out),
                 }
                 res1.push(mf);
                 res2.push(rf);

@@ -174,7 +174,7 @@ pub(crate) fn copy_nt(dst: &mut [f32], src: &[f32]) {
 }
 
 /// `dst.copy_from_slice(src)` split into 1 MiB pieces over the current rayon pool, each piece
-/// with the non-temporal stores of [`copy_nt`] and a fence: the fastest copy this runtime
+/// with the non-temporal stores of `copy_nt` and a fence: the fastest copy this runtime
 /// knows (see `exec::time_stream_copy`).
 pub fn copy_streaming(dst: &mut [f32], src: &[f32]) {
     use rayon::prelude::*;

@@ -1,14 +1,16 @@
 //! Row sums and the hottest loops of [`super::math`], with hand-written AVX-512 forms that give
 //! the same bits as the portable ones.
 //!
-//! **Row sums of non-negative terms** ([`row_sq_dev`], [`exp_sub_sum`]) add element `i` of a
-//! row into `f32` lane `i % 64` (four AVX-512 registers, so consecutive registers go into independent
+//! **Row sums** ([`row_sum`], [`row_dev_sums`], [`exp_sub_sum`]) add element `i` of a row into
+//! `f32` lane `i % 64` (four AVX-512 registers, so consecutive registers go into independent
 //! chains of additions), and every [`SUM_BLOCK`] elements add those lanes into 64 `f64` lanes,
 //! which a fixed tree adds at the end. So no lane adds more than 16 values in `f32` whatever the
-//! row's length (a relative error of at most about `16 ε`, as the terms do not cancel), one
+//! row's length (an error of at most about `16 ε` of the sum of the terms' magnitudes: a
+//! relative error for the terms that do not cancel, the squares and the exponentials), one
 //! addition per 16 elements does the work of the `f64` conversions and additions that a sum
 //! all in `f64` would need, and the order is fixed: the same bits for any thread count and in
-//! every compiled copy.
+//! every compiled copy. Layer norm's sums that cancel (the row and its deviations) come out
+//! exact enough as the corrected two-pass moments (see [`row_dev_sums`]).
 //!
 //! **`exp`**: the portable functions of [`super::math`] are scalar code that the compiler
 //! vectorizes; for `exp` it cannot see that the final scaling by `2^n` (eight integer and float
@@ -59,20 +61,92 @@ fn blocked(x: &[f32], step: impl Fn(f32, f32) -> f32) -> f64 {
     tree(&mut wide)
 }
 
-/// `Σ (x[i] - m)²` over a row, with `m` rounded to `f32` and each term added by one fused
-/// multiply-add.
+/// `Σ x[i]` over a row, in the order of the row sums: a first estimate of layer norm's mean,
+/// which [`row_dev_sums`] corrects.
 #[inline(always)]
-pub fn row_sq_dev(x: &[f32], m: f64) -> f64 {
-    let m = m as f32;
+pub fn row_sum(x: &[f32]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx512() {
         // SAFETY: the CPU has AVX-512F (checked just now).
-        return unsafe { avx512::sq_dev(x, m) };
+        return unsafe { avx512::sum(x) };
     }
-    blocked(x, |a, v| {
-        let d = v - m;
-        math::fma(d, d, a)
-    })
+    blocked(x, |a, v| a + v)
+}
+
+/// `(Σ d, Σ d²)` over a row for `d = x[i] - m`, each `d` rounded once and each square added by
+/// one fused multiply-add, in the order of the row sums: the corrected two-pass mean and
+/// variance (`mean = m + Σd / n`, `var = (Σd² - (Σd)² / n) / n`), exact but for the rounding of
+/// the deviations, whatever the error of the estimate `m`.
+#[inline(always)]
+pub fn row_dev_sums(x: &[f32], m: f32) -> (f64, f64) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx512() {
+        // SAFETY: as above.
+        return unsafe { avx512::dev_sums(x, m) };
+    }
+    (
+        blocked(x, |a, v| a + (v - m)),
+        blocked(x, |a, v| {
+            let d = v - m;
+            math::fma(d, d, a)
+        }),
+    )
+}
+
+/// Layer norm's output row, `out[i] = ((x[i] - m) * r) * w[i] + b[i]` (each operation rounded,
+/// in that order; a missing `w` or `b` leaves its operation out), and the largest of the
+/// results that are not NaN (`-inf` if none is): the row's maximum for the softmax after it,
+/// found as the row is written. A row with a NaN is the caller's to check (its softmax sum is
+/// NaN). `x`, `out` and the given `w`, `b` have the same length.
+#[inline(always)]
+pub fn normalize_max(
+    x: &[f32],
+    (m, r): (f32, f32),
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    out: &mut [f32],
+) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx512() {
+        // SAFETY: as above.
+        return unsafe { avx512::normalize_max(x, (m, r), w, b, out) };
+    }
+    normalize(x, (m, r), w, b, out);
+    out.iter()
+        .fold(f32::NEG_INFINITY, |a, &v| if v > a { v } else { a })
+}
+
+/// [`normalize_max`] without the maximum: the portable loops, which the compiler vectorizes.
+#[inline(always)]
+pub fn normalize(
+    x: &[f32],
+    (m, r): (f32, f32),
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    match (w, b) {
+        (Some(w), Some(b)) => {
+            for ((o, &v), (&g, &c)) in out.iter_mut().zip(x).zip(w.iter().zip(b)) {
+                *o = (v - m) * r * g + c;
+            }
+        }
+        (Some(w), None) => {
+            for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+                *o = (v - m) * r * g;
+            }
+        }
+        (None, Some(b)) => {
+            for ((o, &v), &c) in out.iter_mut().zip(x).zip(b) {
+                *o = (v - m) * r + c;
+            }
+        }
+        (None, None) => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = (v - m) * r;
+            }
+        }
+    }
 }
 
 /// `out[i] = math::exp(x[i] - m)`, and the sum of `out` in the order of the row sums, for `m`
@@ -129,10 +203,10 @@ pub enum Fast {
 /// The AVX-512 forms.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{tree, SUM_BLOCK, SUM_LANES};
+    use super::{tree, SUM_BLOCK};
     use std::arch::x86_64::*;
 
-    /// `e^x` on 16 lanes, bitwise equal to [`super::math::exp`] on each lane: [`exp_core`]
+    /// `e^x` on 16 lanes, bitwise equal to [`super::math::exp`] on each lane: `exp_core`
     /// of `x` clamped at 89, and a NaN `x` returned as it is.
     ///
     /// # Safety
@@ -325,16 +399,21 @@ mod avx512 {
             }
         }
 
-        /// The total, by the fixed tree.
+        /// The total, by the fixed tree of [`tree`] on registers: its steps of width 32, 16
+        /// and 8 add whole registers, and the last three the halves of one.
         #[inline]
         #[target_feature(enable = "avx512f")]
         fn finish(mut self) -> f64 {
             self.flush();
-            let mut v = [0f64; SUM_LANES];
-            for (j, w) in self.wide.iter().enumerate() {
-                // SAFETY: `v` has room for 8 `f64` at `8 j`.
-                unsafe { _mm512_storeu_pd(v.as_mut_ptr().add(8 * j), *w) };
+            let w = &mut self.wide;
+            for k in [4, 2, 1] {
+                for i in 0..k {
+                    w[i] = _mm512_add_pd(w[i], w[i + k]);
+                }
             }
+            let mut v = [0f64; 8];
+            // SAFETY: `v` has room for 8 `f64`.
+            unsafe { _mm512_storeu_pd(v.as_mut_ptr(), w[0]) };
             tree(&mut v)
         }
     }
@@ -352,15 +431,12 @@ mod avx512 {
         })
     }
 
-    /// [`super::row_sq_dev`].
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn sq_dev(x: &[f32], m: f32) -> f64 {
-        let mut acc = Acc::new();
-        let mv = _mm512_set1_ps(m);
-        let step = |a: __m512, v: __m512| {
-            let d = _mm512_sub_ps(v, mv);
-            _mm512_fmadd_ps(d, d, a)
-        };
+    /// Row sums over `x` into `N` accumulator sets: `step(&mut acc, v)` takes each register of
+    /// `x` (whole, or the masked lanes of a tail; a step's results in lanes outside the mask are
+    /// dropped) and updates the `j`-th lane register of each set.
+    #[inline(always)]
+    unsafe fn sums<const N: usize>(x: &[f32], step: impl Fn(&mut [__m512; N], __m512)) -> [f64; N] {
+        let mut acc: [Acc; N] = std::array::from_fn(|_| Acc::new());
         for blk in x.chunks(SUM_BLOCK) {
             let n = blk.len();
             let p = blk.as_ptr();
@@ -369,7 +445,11 @@ mod avx512 {
                 for j in 0..4 {
                     // SAFETY: `i + 64 <= n`.
                     let v = unsafe { _mm512_loadu_ps(p.add(i + 16 * j)) };
-                    acc.a[j] = step(acc.a[j], v);
+                    let mut a: [__m512; N] = std::array::from_fn(|k| acc[k].a[j]);
+                    step(&mut a, v);
+                    for k in 0..N {
+                        acc[k].a[j] = a[k];
+                    }
                 }
                 i += 64;
             }
@@ -377,12 +457,99 @@ mod avx512 {
                 let j = (i / 16) % 4;
                 // SAFETY: within `blk`.
                 let (mask, v) = unsafe { load_tail(blk, i, n) };
-                acc.a[j] = _mm512_mask_mov_ps(acc.a[j], mask, step(acc.a[j], v));
+                let mut a: [__m512; N] = std::array::from_fn(|k| acc[k].a[j]);
+                step(&mut a, v);
+                for k in 0..N {
+                    acc[k].a[j] = _mm512_mask_mov_ps(acc[k].a[j], mask, a[k]);
+                }
                 i += 16;
             }
-            acc.flush();
+            for a in &mut acc {
+                // SAFETY: the callers have AVX-512F.
+                unsafe { a.flush() };
+            }
         }
-        acc.finish()
+        // SAFETY: as above.
+        acc.map(|a| unsafe { a.finish() })
+    }
+
+    /// [`super::row_sum`].
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn sum(x: &[f32]) -> f64 {
+        // SAFETY: the CPU has AVX-512F.
+        let [s] = unsafe { sums(x, |[a], v| *a = _mm512_add_ps(*a, v)) };
+        s
+    }
+
+    /// [`super::row_dev_sums`].
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn dev_sums(x: &[f32], m: f32) -> (f64, f64) {
+        let mv = _mm512_set1_ps(m);
+        // SAFETY: as above.
+        let [s, q] = unsafe {
+            sums(x, |[s, q], v| {
+                let d = _mm512_sub_ps(v, mv);
+                *s = _mm512_add_ps(*s, d);
+                *q = _mm512_fmadd_ps(d, d, *q);
+            })
+        };
+        (s, q)
+    }
+
+    /// [`super::normalize_max`]: four maxima side by side, each kept by one `vmaxps` whose
+    /// NaN operand loses.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn normalize_max(
+        x: &[f32],
+        (m, r): (f32, f32),
+        w: Option<&[f32]>,
+        b: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> f32 {
+        let n = x.len().min(out.len());
+        let n = w.map_or(n, |w| n.min(w.len()));
+        let n = b.map_or(n, |b| n.min(b.len()));
+        let (mv, rv) = (_mm512_set1_ps(m), _mm512_set1_ps(r));
+        let (px, po) = (x.as_ptr(), out.as_mut_ptr());
+        // One register of results at element `i`, under `mask`: loads of lanes outside it
+        // are not made (zero).
+        let y = |i: usize, mask: __mmask16| {
+            // SAFETY: the masked lanes lie below `n`, within every operand.
+            unsafe {
+                let v = _mm512_maskz_loadu_ps(mask, px.add(i));
+                let mut y = _mm512_mul_ps(_mm512_sub_ps(v, mv), rv);
+                if let Some(w) = w {
+                    y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(mask, w.as_ptr().add(i)));
+                }
+                if let Some(b) = b {
+                    y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i)));
+                }
+                y
+            }
+        };
+        let mut acc = [_mm512_set1_ps(f32::NEG_INFINITY); 4];
+        let mut i = 0;
+        while i + 64 <= n {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let v = y(i + 16 * j, !0);
+                // SAFETY: `i + 64 <= n`.
+                unsafe { _mm512_storeu_ps(po.add(i + 16 * j), v) };
+                // `vmaxps` returns its second operand where either is NaN.
+                *a = _mm512_max_ps(v, *a);
+            }
+            i += 64;
+        }
+        while i < n {
+            let k = (n - i).min(16);
+            let mask: __mmask16 = if k == 16 { !0 } else { (1u16 << k) - 1 };
+            let v = y(i, mask);
+            // SAFETY: the masked lanes lie within `out`.
+            unsafe { _mm512_mask_storeu_ps(po.add(i), mask, v) };
+            acc[0] = _mm512_mask_max_ps(acc[0], mask, v, acc[0]);
+            i += 16;
+        }
+        let a = _mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3]));
+        _mm512_reduce_max_ps(a)
     }
 
     /// [`super::exp_sub_sum`].
@@ -593,9 +760,37 @@ mod tests {
             let n = x.len();
             let m = 0.37f32;
             // SAFETY: checked above.
-            let q = unsafe { avx512::sq_dev(&x, m) };
+            let (s, q) = unsafe { avx512::dev_sums(&x, m) };
             let want = blocked(&x, |a, v| math::fma(v - m, v - m, a));
             assert_eq!(q.to_bits(), want.to_bits(), "sq dev, n = {n}");
+            let want = blocked(&x, |a, v| a + (v - m));
+            assert_eq!(s.to_bits(), want.to_bits(), "dev sum, n = {n}");
+            let s = unsafe { avx512::sum(&x) };
+            let want = blocked(&x, |a, v| a + v);
+            assert_eq!(s.to_bits(), want.to_bits(), "sum, n = {n}");
+            // Layer norm's rows, with and without weight and bias, and their maxima.
+            let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 13) as f32 * 0.1).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 * 0.3 - 0.6).collect();
+            for (w, b) in [(None, None), (Some(&w[..]), None), (None, Some(&b[..]))]
+                .into_iter()
+                .chain([(Some(&w[..]), Some(&b[..]))])
+            {
+                let mut got = vec![0f32; n];
+                let mx = unsafe { avx512::normalize_max(&x, (m, 1.7), w, b, &mut got) };
+                let mut want = vec![0f32; n];
+                normalize(&x, (m, 1.7), w, b, &mut want);
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "normalize, n = {n}"
+                );
+                let want_max = want
+                    .iter()
+                    .filter(|v| !v.is_nan())
+                    .fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                assert_eq!(mx, want_max, "normalize's maximum, n = {n}");
+            }
             // The maximum as the kernels find it: NaN if any element is.
             let mx = x.iter().copied().fold(f32::NEG_INFINITY, |m, v| {
                 if m.is_nan() || v.is_nan() {
@@ -619,6 +814,42 @@ mod tests {
         }
     }
 
+    /// Layer norm's corrected two-pass moments (a first mean from [`row_sum`], corrected by
+    /// [`row_dev_sums`]) are within `1e-6` of the row's spread of the `f64` mean, and the
+    /// variance within `1e-6` relative, also for rows far from zero, with an outlier first or
+    /// last, and constant rows.
+    #[test]
+    fn corrected_two_pass_moments_are_accurate() {
+        let noise = |i: usize| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 2.0;
+        let cases: Vec<Vec<f32>> = vec![
+            (0..1024).map(noise).collect(),
+            (0..1024).map(|i| 1000.0 + noise(i)).collect(),
+            (0..3000).map(|i| -3.0e4 + 10.0 * noise(i)).collect(),
+            (0..1024)
+                .map(|i| if i == 0 { 1.0e6 } else { noise(i) })
+                .collect(),
+            (0..777)
+                .map(|i| if i == 776 { -4.0e5 } else { 7.0 + noise(i) })
+                .collect(),
+            vec![3.25; 1024],
+        ];
+        for x in cases {
+            let n = x.len() as f64;
+            let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+            let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+            let m1 = (row_sum(&x) / n) as f32;
+            let (sd, sq) = row_dev_sums(&x, m1);
+            let m = m1 as f64 + sd / n;
+            let v = ((sq - sd * sd / n) / n).max(0.0);
+            assert!(
+                (m - mean).abs() <= 1e-6 * var.sqrt() + 1e-7 * mean.abs() * f32::EPSILON as f64,
+                "mean {m} vs {mean} (sd {})",
+                var.sqrt()
+            );
+            assert!((v - var).abs() <= 1e-6 * var + 1e-30, "var {v} vs {var}");
+        }
+    }
+
     #[test]
     fn row_sums_are_accurate() {
         // Against f64 sums: within 16 ε, for any length.
@@ -628,7 +859,7 @@ mod tests {
                 .iter()
                 .map(|&v| (v as f64 - m as f32 as f64).powi(2))
                 .sum();
-            let got = row_sq_dev(&x, m);
+            let (_, got) = row_dev_sums(&x, m as f32);
             assert!((got - sq).abs() <= 16.0 * f32::EPSILON as f64 * sq + 1e-30);
             let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut out = vec![0f32; x.len()];
