@@ -565,7 +565,7 @@ fn softmax_rows_case(rows: usize, len: usize) {
 /// as separate kernels, NaN bits included, with and without weight and bias, for rows long and
 /// short, plain, safe and log softmax: with a NaN row (a NaN input), a NaN column (a NaN in
 /// the bias: a NaN in every row next to finite values) and rows of only `-inf` (a bias of
-/// `-inf`: zeros when safe, NaN otherwise).
+/// `-inf`: zeros when safe, NaN otherwise); and rows streamed to memory (8192 x 1024).
 #[test]
 fn layer_norm_then_softmax_in_one_kernel_gives_the_bits_of_two() {
     for (rows, len) in [(300usize, 1024usize), (37, 5), (64, 100)] {
@@ -586,6 +586,20 @@ fn layer_norm_then_softmax_in_one_kernel_gives_the_bits_of_two() {
             }
         }
     }
+    // Streamed rows (an output of `STREAM_ELEMS`: each row computed in an L1 buffer and
+    // stored during the next row's loop), where a NaN in every row makes each one computed
+    // again after its sum.
+    let (rows, len) = (8192usize, 1024usize);
+    assert!(rows * len >= fxhlo_runtime::fast::expr::STREAM_ELEMS);
+    let mut x = rand_vec(rows * len, 14);
+    x[2 * len + 9] = f32::NAN;
+    let w: Vec<f32> = rand_vec(len, 15).iter().map(|v| 1.0 + 0.1 * v).collect();
+    let mut b = rand_vec(len, 16);
+    for op in [ReduceOp::Softmax, ReduceOp::SafeSoftmax] {
+        ln_softmax_case(rows, len, &x, &w, &b, true, op);
+    }
+    b[len - 1] = -f32::NAN;
+    ln_softmax_case(rows, len, &x, &w, &b, true, ReduceOp::Softmax);
 }
 
 fn ln_softmax_case(
