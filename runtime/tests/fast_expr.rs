@@ -685,6 +685,75 @@ fn ln_softmax_case(
     }
 }
 
+/// Layer norm's mean and rstd outputs: within 1e-6 of `f64` on ordinary rows; the op's
+/// infinities and NaN for a row holding an infinity or a NaN (mean inf or NaN, rstd NaN); and
+/// for a constant row of 3e37, whose `f32` lane sums overflow, the exact mean, `1/sqrt(eps)`
+/// and the bias as the output.
+#[test]
+fn layer_norm_moments_of_special_rows() {
+    let len = 1024;
+    let rows = 5;
+    let mut x = rand_vec(rows * len, 21);
+    for v in &mut x[len..2 * len] {
+        *v += 100.0;
+    }
+    x[2 * len..3 * len].fill(3e37);
+    x[3 * len + 5] = f32::INFINITY;
+    x[4 * len + 700] = f32::NAN;
+    let w: Vec<f32> = rand_vec(len, 22).iter().map(|v| 1.0 + 0.1 * v).collect();
+    let b = rand_vec(len, 23);
+    let mut e = ExprBuilder::new(&[rows, len]);
+    let xv = e.leaf(slot(0, 0, vec![len as i64, 1]));
+    let prologue = e.finish(&[xv]);
+    let mut e = ExprBuilder::new(&[len]);
+    let wv = e.leaf(slot(1, 0, vec![1]));
+    let weight = e.finish(&[wv]);
+    let mut e = ExprBuilder::new(&[len]);
+    let bv = e.leaf(slot(2, 0, vec![1]));
+    let bias = e.finish(&[bv]);
+    let k = RowReduce {
+        rows,
+        stages: vec![RowStage {
+            op: ReduceOp::LayerNorm { eps: 1e-5 },
+            len,
+            prologue,
+            weight: Some(weight),
+            bias: Some(bias),
+            outputs: vec![RowOut::Result(0), RowOut::Result(1), RowOut::Result(2)],
+        }],
+    };
+    let (mut y, mut mean, mut rstd) = (vec![0f32; rows * len], vec![0f32; rows], vec![0f32; rows]);
+    run_row_reduce(
+        &k,
+        &[Src::F32(&x), Src::F32(&w), Src::F32(&b)],
+        &mut [Dst::F32(&mut y), Dst::F32(&mut mean), Dst::F32(&mut rstd)],
+    )
+    .unwrap();
+    for r in 0..2 {
+        let row = &x[r * len..(r + 1) * len];
+        let m = row.iter().map(|&v| v as f64).sum::<f64>() / len as f64;
+        let var = row.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / len as f64;
+        assert!(
+            (mean[r] as f64 - m).abs() <= 1e-6 * var.sqrt(),
+            "row {r}: mean {}",
+            mean[r]
+        );
+        let want = 1.0 / (var + 1e-5).sqrt();
+        assert!(
+            (rstd[r] as f64 - want).abs() <= 1e-6 * want,
+            "row {r}: rstd {}",
+            rstd[r]
+        );
+    }
+    assert_eq!(mean[2], 3e37);
+    assert_eq!(rstd[2], (1.0 / 1e-5f64.sqrt()) as f32);
+    assert_eq!(&y[2 * len..3 * len], &b[..]);
+    assert_eq!(mean[3], f32::INFINITY);
+    assert!(rstd[3].is_nan());
+    assert!(mean[4].is_nan() && rstd[4].is_nan());
+    assert!(y[3 * len..].iter().all(|v| v.is_nan()));
+}
+
 /// Row maxima and minima match a scalar fold, over rows long and short (lanes left over), with
 /// `-inf` and `inf` present, and are NaN for a row holding a NaN anywhere (first, last or in
 /// the leftover lanes).
