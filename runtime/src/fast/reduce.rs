@@ -19,7 +19,9 @@
 
 use super::expr::{run_elementwise, Expr, LeafSrc, STREAM_ELEMS};
 use super::simd::{ScaleNt, Spread};
-use super::vmath::{exp_sub_sum, normalize, normalize_max, row_dev_sums, row_sum, tree};
+use super::vmath::{
+    corrected_moments, exp_sub_sum, normalize, normalize_max, row_dev_sums, row_sum, tree,
+};
 use super::{Dst, Src};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -936,17 +938,15 @@ fn reduce_rows(
                 // without cancellation.
                 let m1 = (row_sum(x) / lf) as f32;
                 ahead.step();
-                let (sd, sq) = row_dev_sums(x, m1);
+                let sums = row_dev_sums(x, m1);
                 ahead.step();
-                let (m, var) = if m1.is_finite() && sd.is_finite() && sq.is_finite() {
-                    (m1 as f64 + sd / lf, ((sq - sd * sd / lf) / lf).max(0.0))
-                } else {
-                    // An infinity or NaN in the row, or `f32` lane sums that overflowed (values
-                    // beyond about 2e37): the `f64` mean and the squared deviations from it,
-                    // whose infinities and NaN are the op's.
+                // An infinity or NaN in the row, or `f32` lane sums that overflowed (values
+                // beyond about 2e37): the `f64` mean and the squared deviations from it, whose
+                // infinities and NaN are the op's.
+                let (m, var) = corrected_moments(m1, sums, lf).unwrap_or_else(|| {
                     let m = sum_f64(x) / lf;
                     (m, row_dev_sums(x, m as f32).1 / lf)
-                };
+                });
                 let rstd = 1.0 / (var + eps).sqrt();
                 let (mf, rf) = (m as f32, rstd as f32);
                 let out = &mut res0[r * len..(r + 1) * len];

@@ -93,6 +93,16 @@ pub fn row_dev_sums(x: &[f32], m: f32) -> (f64, f64) {
     )
 }
 
+/// Layer norm's mean and variance from a first mean `m1` and the sums of [`row_dev_sums`]
+/// about it over `n` elements: `(m1 + Σd/n, (Σd² - (Σd)²/n)/n)`, or `None` where an input is
+/// not finite (an infinity or NaN in the row, or `f32` lane sums that overflowed), for the
+/// caller's exact fallback.
+#[inline(always)]
+pub fn corrected_moments(m1: f32, (sd, sq): (f64, f64), n: f64) -> Option<(f64, f64)> {
+    (m1.is_finite() && sd.is_finite() && sq.is_finite())
+        .then(|| (m1 as f64 + sd / n, ((sq - sd * sd / n) / n).max(0.0)))
+}
+
 /// Layer norm's output row, `out[i] = ((x[i] - m) * r) * w[i] + b[i]` (each operation rounded,
 /// in that order; a missing `w` or `b` leaves its operation out), and the largest of the
 /// results that are not NaN (`-inf` if none is): the row's maximum for the softmax after it,
@@ -418,13 +428,23 @@ mod avx512 {
         }
     }
 
+    /// The lanes of the register at element `i` that lie below `n` (`i < n`), as a mask.
+    #[inline(always)]
+    fn tail_mask(i: usize, n: usize) -> __mmask16 {
+        let k = (n - i).min(16);
+        if k == 16 {
+            !0
+        } else {
+            (1u16 << k) - 1
+        }
+    }
+
     /// The lanes of `x[i..]` that lie within `n`, as a mask, and the values loaded under it
     /// (zero elsewhere).
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn load_tail(x: &[f32], i: usize, n: usize) -> (__mmask16, __m512) {
-        let k = (n - i).min(16);
-        let mask: __mmask16 = if k == 16 { !0 } else { (1u16 << k) - 1 };
+        let mask = tail_mask(i, n);
         // SAFETY: the masked lanes lie within `x`.
         (mask, unsafe {
             _mm512_maskz_loadu_ps(mask, x.as_ptr().add(i))
@@ -540,8 +560,7 @@ mod avx512 {
             i += 64;
         }
         while i < n {
-            let k = (n - i).min(16);
-            let mask: __mmask16 = if k == 16 { !0 } else { (1u16 << k) - 1 };
+            let mask = tail_mask(i, n);
             let v = y(i, mask);
             // SAFETY: the masked lanes lie within `out`.
             unsafe { _mm512_mask_storeu_ps(po.add(i), mask, v) };
@@ -838,9 +857,7 @@ mod tests {
             let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
             let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
             let m1 = (row_sum(&x) / n) as f32;
-            let (sd, sq) = row_dev_sums(&x, m1);
-            let m = m1 as f64 + sd / n;
-            let v = ((sq - sd * sd / n) / n).max(0.0);
+            let (m, v) = corrected_moments(m1, row_dev_sums(&x, m1), n).unwrap();
             assert!(
                 (m - mean).abs() <= 1e-6 * var.sqrt() + 1e-7 * mean.abs() * f32::EPSILON as f64,
                 "mean {m} vs {mean} (sd {})",
