@@ -14,6 +14,7 @@
 
 use super::gemm::Operand;
 use super::math::{exp, max_nan};
+use super::memory::LineVec;
 use super::sgemm::{self, ColPost, Mat, PackedA, PackedB, Problem};
 use super::SendPtr;
 use rayon::prelude::*;
@@ -164,30 +165,30 @@ fn one_to_one(o: &Operand, batch: usize, rows: usize, cols: usize) -> bool {
 
 thread_local! {
     /// Each worker's buffers, reused across calls.
-    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch {
-        kp: Vec::new(),
-        vp: Vec::new(),
-        qt: Vec::new(),
-        st: Vec::new(),
-        p: Vec::new(),
-        o: Vec::new(),
-    }) };
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
+        kp: LineVec::new(64),
+        vp: LineVec::new(64),
+        qt: LineVec::new(64),
+        st: LineVec::new(64),
+        p: LineVec::new(64),
+        o: LineVec::new(64),
+    });
 }
 
 /// A worker's buffers for one block of queries.
 struct Scratch {
     /// The entry's keys, packed as the left operand of the scores.
-    kp: Vec<f32>,
+    kp: LineVec<f32>,
     /// The entry's values, packed as the right operand of the output.
-    vp: Vec<f32>,
+    vp: LineVec<f32>,
     /// The block's queries, transposed and packed as the right operand of the scores.
-    qt: Vec<f32>,
+    qt: LineVec<f32>,
     /// The block's scores, transposed (`n x nr`: one row per key).
-    st: Vec<f32>,
+    st: LineVec<f32>,
     /// The block's unnormalized probabilities, packed as the left operand of the output.
-    p: Vec<f32>,
+    p: LineVec<f32>,
     /// The block's output rows (`nr x dv`), before the division by their sums.
-    o: Vec<f32>,
+    o: LineVec<f32>,
 }
 
 /// Runs `spec` on the current rayon pool.

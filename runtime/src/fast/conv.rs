@@ -12,6 +12,7 @@
 //! split, so results are bitwise the same for any thread count.
 
 use super::gemm::Tile;
+use super::memory::LineVec;
 use super::sgemm::{self, Mat, PackedA, PackedB, Problem};
 use super::SendPtr;
 use rayon::prelude::*;
@@ -268,7 +269,7 @@ impl ConvSpec {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH: RefCell<LineVec<f32>> = RefCell::new(LineVec::new(64));
 }
 
 /// The convolution `out = conv(x, w) + bias`.
@@ -503,12 +504,9 @@ fn gemm_image(
         } else {
             // im2col straight into the GEMM's packed layout.
             let len = PackedB::len_for(kdim, nt);
-            let mut cols = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-            if cols.len() < len + 16 {
-                cols.resize(len + 16, 0.0);
-            }
-            let off = cols.as_ptr().align_offset(64).min(15);
-            let data = &mut cols[off..off + len];
+            let mut cols =
+                SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), LineVec::new(64)));
+            let data = sgemm::aligned(&mut cols, len);
             im2col(
                 spec,
                 xg,
@@ -840,6 +838,8 @@ fn im2col_body<M: super::simd::Moves>(
                     let d = &mut d[a - sg.ox0..b - sg.ox0];
                     if sw == 1 {
                         M::copy(d, &xrow[ix0..ix0 + (b - a)]);
+                    } else if sw == 2 {
+                        M::copy_every2(d, &xrow[ix0..ix0 + 2 * (b - a) - 1]);
                     } else {
                         for (j, v) in d.iter_mut().enumerate() {
                             *v = xrow[ix0 + j * sw];

@@ -3,7 +3,7 @@
 use super::artifact::Artifact;
 use super::expr::Expr;
 use super::gemm::Tile;
-use super::memory::{ElemKind, Loc, MemoryPlan};
+use super::memory::{grow_zeroed, line_zeros, ElemKind, LineVec, Loc, MemoryPlan};
 use super::program::{Epilogue, Kernel, Program, Step, TensorSpec};
 use super::{Dst, Src};
 use crate::interp::{self, Data, Tensor};
@@ -13,12 +13,12 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-/// An owned buffer.
+/// An owned buffer (cache-line aligned; see [`LineVec`]).
 #[derive(Clone, Debug)]
 enum Buf {
-    F32(Vec<f32>),
-    I64(Vec<i64>),
-    Bool(Vec<bool>),
+    F32(LineVec<f32>),
+    I64(LineVec<i64>),
+    Bool(LineVec<bool>),
     /// Element types the fast kernels do not use, kept as interpreter tensors.
     T(Tensor),
 }
@@ -35,9 +35,9 @@ impl Buf {
 
     fn empty(kind: ElemKind) -> Buf {
         match kind {
-            ElemKind::F32 => Buf::F32(vec![]),
-            ElemKind::I64 => Buf::I64(vec![]),
-            ElemKind::Bool => Buf::Bool(vec![]),
+            ElemKind::F32 => Buf::F32(LineVec::new(64)),
+            ElemKind::I64 => Buf::I64(LineVec::new(64)),
+            ElemKind::Bool => Buf::Bool(LineVec::new(64)),
         }
     }
 
@@ -45,28 +45,28 @@ impl Buf {
     fn for_spec(spec: &TensorSpec) -> Buf {
         let n = spec.numel();
         match ElemKind::of(spec.dtype) {
-            Some(ElemKind::F32) => Buf::F32(vec![0.0; n]),
-            Some(ElemKind::I64) => Buf::I64(vec![0; n]),
-            Some(ElemKind::Bool) => Buf::Bool(vec![false; n]),
+            Some(ElemKind::F32) => Buf::F32(line_zeros(n)),
+            Some(ElemKind::I64) => Buf::I64(line_zeros(n)),
+            Some(ElemKind::Bool) => Buf::Bool(line_zeros(n)),
             None => Buf::T(Tensor::zeros(spec.dtype, spec.shape.clone())),
         }
     }
 
     fn from_host(h: &HostTensor) -> Result<Buf, String> {
         Ok(match h.dtype {
-            DType::F32 => Buf::F32(
+            DType::F32 => Buf::F32(LineVec::from_iter(
+                64,
                 h.bytes
                     .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            ),
-            DType::I64 => Buf::I64(
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            )),
+            DType::I64 => Buf::I64(LineVec::from_iter(
+                64,
                 h.bytes
                     .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .collect(),
-            ),
-            DType::Bool => Buf::Bool(h.bytes.iter().map(|&b| b != 0).collect()),
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
+            )),
+            DType::Bool => Buf::Bool(LineVec::from_iter(64, h.bytes.iter().map(|&b| b != 0))),
             _ => Buf::T(Tensor::from_host(h)?),
         })
     }
@@ -560,12 +560,12 @@ impl Executor {
                 let d = match self.plan.loc[v as usize] {
                     Loc::Arena(b) => {
                         // Taken out with its initialized length (left 0 should the step fail).
-                        let mut buf = std::mem::replace(&mut arena[b], Buf::Bool(vec![]));
+                        let mut buf = std::mem::replace(&mut arena[b], Buf::Bool(LineVec::new(64)));
                         resize(&mut buf, spec.numel(), &mut high[b]);
                         DstBuf::Arena(b, buf, std::mem::take(&mut high[b]))
                     }
                     // Never written: the kernel computes it into the epilogue's result.
-                    Loc::InEpilogue => DstBuf::Owned(Buf::F32(vec![])),
+                    Loc::InEpilogue => DstBuf::Owned(Buf::F32(LineVec::new(64))),
                     Loc::Output(k) => match out_slots[k].take() {
                         Some(OutSlot::F32(f)) => DstBuf::OutF32(k, f),
                         Some(OutSlot::I64(f)) => DstBuf::OutI64(k, f),
@@ -1210,21 +1210,22 @@ fn same_type(t: &fxhlo_ir::TensorType, s: &TensorSpec) -> bool {
 /// buffer is zero-filled and `*init` grows. Every kernel writes all of its result, so the old
 /// values are never read.
 fn resize(b: &mut Buf, n: usize, init: &mut usize) {
-    fn set<T: Copy>(v: &mut Vec<T>, n: usize, init: &mut usize, zero: T) {
+    fn set<T: bytemuck::Zeroable + Copy>(v: &mut LineVec<T>, n: usize, init: &mut usize) {
         if n <= *init && n <= v.capacity() {
             // SAFETY: the first `*init` elements were initialized by an earlier `resize`
             // (`set_len` to a shorter length leaves `Copy` elements in place), and `n` is
             // within them and within the allocation.
             unsafe { v.set_len(n) };
         } else {
-            v.resize(n, zero);
+            v.truncate(n);
+            grow_zeroed(v, n);
             *init = n;
         }
     }
     match b {
-        Buf::F32(v) => set(v, n, init, 0.0),
-        Buf::I64(v) => set(v, n, init, 0),
-        Buf::Bool(v) => set(v, n, init, false),
+        Buf::F32(v) => set(v, n, init),
+        Buf::I64(v) => set(v, n, init),
+        Buf::Bool(v) => set(v, n, init),
         Buf::T(_) => {}
     }
 }
@@ -1299,11 +1300,11 @@ mod tests {
     #[test]
     fn arena_buffers_zero_fill_only_where_they_grow() {
         let mut init = 0;
-        let mut b = Buf::F32(vec![]);
+        let mut b = Buf::F32(LineVec::new(64));
         resize(&mut b, 6, &mut init);
         assert_eq!(init, 6);
         let Buf::F32(v) = &mut b else { unreachable!() };
-        assert_eq!(v, &[0.0; 6]);
+        assert_eq!(v.as_slice(), &[0.0; 6]);
         v.iter_mut()
             .enumerate()
             .for_each(|(i, x)| *x = i as f32 + 1.0);
@@ -1312,16 +1313,22 @@ mod tests {
         resize(&mut b, 5, &mut init);
         assert_eq!(init, 6);
         let Buf::F32(v) = &b else { unreachable!() };
-        assert_eq!(v, &[1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(v.as_slice(), &[1.0, 2.0, 3.0, 4.0, 5.0]);
         // Past it: zeros from the current length on, and the initialized length grows.
         resize(&mut b, 8, &mut init);
         assert_eq!(init, 8);
         let Buf::F32(v) = &b else { unreachable!() };
-        assert_eq!(v, &[1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0, 0.0]);
+        assert_eq!(v.as_slice(), &[1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0, 0.0]);
+        // Every size of buffer starts a cache line.
+        for n in [100, 100_000, 3_000_000] {
+            resize(&mut b, n, &mut init);
+            let Buf::F32(v) = &b else { unreachable!() };
+            assert_eq!((v.len(), v.as_ptr() as usize % 64), (n, 0));
+        }
         // A buffer lost to a failed step comes back empty with 0 initialized: filled anew.
         let mut init = 0;
-        let mut b = Buf::Bool(vec![]);
+        let mut b = Buf::Bool(LineVec::new(64));
         resize(&mut b, 3, &mut init);
-        assert!(matches!(&b, Buf::Bool(v) if v == &[false; 3]));
+        assert!(matches!(&b, Buf::Bool(v) if v.as_slice() == [false; 3]));
     }
 }

@@ -18,6 +18,7 @@
 //! results.
 
 use super::math;
+use super::memory::{line_zeros, LineVec};
 use super::simd;
 use super::vmath;
 use super::Src;
@@ -492,7 +493,7 @@ fn run_powi(d: &mut [f32], a: &[f32], n: i32) {
 
 /// An expression's iteration plan (see [`Expr::plan`]) and the register blocks its calls use.
 #[derive(Clone, Debug)]
-pub struct EvalPlan(Plan, Vec<Vec<f32>>);
+pub struct EvalPlan(Plan, Vec<LineVec<f32>>);
 
 impl Drop for EvalPlan {
     /// Hands the register blocks back to this thread for the next plan.
@@ -582,7 +583,7 @@ impl Plan {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH: RefCell<Vec<LineVec<f32>>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Expr {
@@ -922,7 +923,7 @@ impl Expr {
         // so the calls of a plan touch no thread-local state.
         let mut regs = SCRATCH.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
         if regs.len() < self.num_regs as usize {
-            regs.resize_with(self.num_regs as usize, || vec![0.0; BLOCK]);
+            regs.resize_with(self.num_regs as usize, || line_zeros(BLOCK));
         }
         EvalPlan(Plan::new(self, stream), regs)
     }
@@ -985,7 +986,7 @@ impl Expr {
         rows: &[(usize, &'s [f32])],
         w: usize,
         outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
+        regs: &mut [LineVec<f32>],
     ) {
         let no = self.outputs.len();
         for (i, &(start, row)) in rows.iter().enumerate() {
@@ -1011,7 +1012,7 @@ impl Expr {
         start: usize,
         end: usize,
         outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
+        regs: &mut [LineVec<f32>],
         uniform: bool,
     ) {
         if uniform {
@@ -1032,7 +1033,7 @@ impl Expr {
         start: usize,
         end: usize,
         outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
+        regs: &mut [LineVec<f32>],
     ) {
         // The multi-index, on the stack for the usual ranks.
         let mut small = [0usize; 8];
@@ -1110,7 +1111,7 @@ impl Expr {
                 };
                 let mut own = match direct {
                     Some(_) => None,
-                    None => Some(std::mem::take(&mut regs[di])),
+                    None => Some(std::mem::replace(&mut regs[di], LineVec::new(64))),
                 };
                 let dst: &mut [f32] = match (direct, own.as_mut()) {
                     (Some(k), _) => &mut outs[k][off..off + n],
@@ -1257,7 +1258,7 @@ enum Reg {
 
 /// Writes a uniform register's value into its own buffer (which a vector loop then reads).
 #[inline(always)]
-fn fill_uniform(regs: &mut [Vec<f32>], state: &mut [Reg], a: u32, n: usize) {
+fn fill_uniform(regs: &mut [LineVec<f32>], state: &mut [Reg], a: u32, n: usize) {
     if let Reg::Uni(x) = state[a as usize] {
         regs[a as usize][..n].fill(x);
         state[a as usize] = Reg::Own;
@@ -1312,7 +1313,7 @@ fn uniform(
 /// The first `n` values of register `a`: its own buffer, or the source run it views (a
 /// uniform register is filled in first, see [`fill_uniform`]).
 #[inline(always)]
-fn reg<'r>(regs: &'r [Vec<f32>], state: &[Reg], a: u32, n: usize) -> &'r [f32] {
+fn reg<'r>(regs: &'r [LineVec<f32>], state: &[Reg], a: u32, n: usize) -> &'r [f32] {
     match state[a as usize] {
         // SAFETY: `contiguous` checked that `n` floats from `v` lie in a source, which
         // outlives the evaluation (the caller's `srcs`).
@@ -1351,7 +1352,7 @@ simd::multiversion! {
         rows: &[(usize, &'s [f32])],
         w: usize,
         outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
+        regs: &mut [LineVec<f32>],
     ) => Expr::eval_rows_generic
 }
 
@@ -1366,7 +1367,7 @@ simd::multiversion! {
         start: usize,
         end: usize,
         outs: &mut [&mut [f32]],
-        regs: &mut [Vec<f32>],
+        regs: &mut [LineVec<f32>],
         uniform: bool,
     ) => Expr::eval_blocks_either
 }

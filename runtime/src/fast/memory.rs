@@ -9,6 +9,41 @@
 use super::program::{Kernel, Program, Step, ValueId};
 use fxhlo_ir::DType;
 
+/// Storage whose first element starts a 64-byte cache line: the arena's, owned and constant
+/// buffers and the kernels' scratch. A whole-register (64-byte) load or store at a multiple of
+/// 16 elements then never straddles two lines, and streamed rows are stored as whole lines.
+/// The system allocator gives large buffers 16-byte alignment: the layer norm + softmax
+/// benchmark ran 10% slower that way, the others 2-4%.
+pub type LineVec<T> = aligned_vec::AVec<T, aligned_vec::ConstAlign<64>>;
+
+/// `n` zeros in a [`LineVec`].
+pub fn line_zeros<T: bytemuck::Zeroable + Copy>(n: usize) -> LineVec<T> {
+    let mut v = LineVec::new(64);
+    grow_zeroed(&mut v, n);
+    v
+}
+
+/// A [`LineVec`] holding a copy of `x`.
+pub fn line_copy<T: Copy>(x: &[T]) -> LineVec<T> {
+    LineVec::from_slice(64, x)
+}
+
+/// Lengthens `v` to `n` elements (no change if it is as long), the new ones zero: one
+/// `memset`, where [`LineVec::resize`] writes element by element.
+pub fn grow_zeroed<T: bytemuck::Zeroable + Copy>(v: &mut LineVec<T>, n: usize) {
+    let len = v.len();
+    if n <= len {
+        return;
+    }
+    v.reserve(n - len);
+    // SAFETY: `reserve` made room for `n` elements; the new ones are written as zero bytes,
+    // a valid value of a `Zeroable` type, before the length covers them.
+    unsafe {
+        v.as_mut_ptr().add(len).write_bytes(0, n - len);
+        v.set_len(n);
+    }
+}
+
 /// Element kinds the arena holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ElemKind {
@@ -210,5 +245,39 @@ impl MemoryPlan {
     /// most) and outputs.
     pub fn peak_bytes(&self) -> u64 {
         self.constant_bytes + self.arena_bytes + self.owned_bytes + self.output_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Line buffers start a cache line at every size and after every growth, and the elements
+    /// a growth adds are zero while the old ones keep their values.
+    #[test]
+    fn line_buffers_are_aligned_and_grow_with_zeros() {
+        for n in [0, 1, 15, 16, 17, 1000, 1 << 16, (1 << 20) + 3] {
+            let v: LineVec<f32> = line_zeros(n);
+            assert_eq!(v.len(), n);
+            assert!(v.iter().all(|&x| x.to_bits() == 0));
+            assert_eq!(v.as_ptr() as usize % 64, 0, "{n} zeros");
+            let c = line_copy(&[1.5f32, -2.0, 3.25][..n.min(3)]);
+            assert_eq!(c.as_ptr() as usize % 64, 0);
+            assert_eq!(c.as_slice(), &[1.5f32, -2.0, 3.25][..n.min(3)]);
+        }
+        let mut v: LineVec<i64> = line_zeros(3);
+        v.copy_from_slice(&[7, -8, 9]);
+        for n in [2, 40, 100_000] {
+            grow_zeroed(&mut v, n);
+            assert_eq!(v.len(), n.max(3));
+            assert_eq!(v.as_ptr() as usize % 64, 0);
+            assert_eq!(&v[..3], &[7, -8, 9]);
+            assert!(v[3..].iter().all(|&x| x == 0));
+        }
+        let mut b: LineVec<bool> = line_zeros(5);
+        b[4] = true;
+        grow_zeroed(&mut b, 70);
+        assert_eq!(b.iter().filter(|&&x| x).count(), 1);
+        assert!(b[4]);
     }
 }

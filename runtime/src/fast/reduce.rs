@@ -18,6 +18,7 @@
 //! spread of its `f64` mean).
 
 use super::expr::{run_elementwise, Expr, LeafSrc, STREAM_ELEMS};
+use super::memory::LineVec;
 use super::simd::{ScaleNt, Spread};
 use super::vmath::{
     corrected_moments, exp_sub_sum, normalize, normalize_max, row_dev_sums, row_sum, tree,
@@ -589,7 +590,7 @@ super::simd::multiversion! {
 fn stage_srcs<'b>(
     srcs: &[Src<'b>],
     own: [(&'b [f32], usize); OWN],
-    carried: &'b [Vec<f32>],
+    carried: &'b [LineVec<f32>],
     carried_per: &[usize],
     r0: usize,
 ) -> (Vec<Src<'b>>, Vec<i64>) {
@@ -627,7 +628,9 @@ fn run_block_body(
         let len = st.len;
         let mine = if s == last { 0 } else { st.outputs.len() };
         if scratch.carried.len() < done + mine {
-            scratch.carried.resize_with(done + mine, Vec::new);
+            scratch
+                .carried
+                .resize_with(done + mine, || LineVec::new(64));
         }
         let RowScratch {
             x,
@@ -639,7 +642,7 @@ fn run_block_body(
             maxes,
         } = &mut scratch;
         let (before, after) = carried.split_at_mut(done);
-        let before: &[Vec<f32>] = before;
+        let before: &[LineVec<f32>] = before;
         let per = &carried_per[..done];
         // The input rows: read in place when the prologue is a plain contiguous load (of an
         // operand, or of an earlier stage's output).
@@ -827,8 +830,8 @@ fn reduce_rows(
     (weight, bias): WeightBias<'_>,
     x: &[f32],
     res0: &mut [f32],
-    (res1, res2): (&mut Vec<f32>, &mut Vec<f32>),
-    mut stream: Option<&mut [Vec<f32>; 2]>,
+    (res1, res2): (&mut LineVec<f32>, &mut LineVec<f32>),
+    mut stream: Option<&mut [LineVec<f32>; 2]>,
     (known, mut found): (Option<&[f32]>, Option<&mut Vec<f32>>),
 ) {
     if let Some(t) = stream.as_deref_mut() {
@@ -968,18 +971,32 @@ fn reduce_rows(
 }
 
 /// Per-thread buffers of a row block: input rows, one streamed softmax row, results 0, 1 and 2
-/// of the current stage, and the outputs of the earlier stages.
-#[derive(Default)]
+/// of the current stage, and the outputs of the earlier stages (cache-line aligned).
 struct RowScratch {
-    x: Vec<f32>,
-    rows: [Vec<f32>; 2],
-    r0: Vec<f32>,
-    r1: Vec<f32>,
-    r2: Vec<f32>,
-    carried: Vec<Vec<f32>>,
+    x: LineVec<f32>,
+    rows: [LineVec<f32>; 2],
+    r0: LineVec<f32>,
+    r1: LineVec<f32>,
+    r2: LineVec<f32>,
+    carried: Vec<LineVec<f32>>,
     /// The row maxima of a layer norm's result whose next stage is a softmax (see
     /// `reduce_rows`).
     maxes: Vec<f32>,
+}
+
+impl Default for RowScratch {
+    fn default() -> RowScratch {
+        let v = || LineVec::new(64);
+        RowScratch {
+            x: v(),
+            rows: [v(), v()],
+            r0: v(),
+            r1: v(),
+            r2: v(),
+            carried: vec![],
+            maxes: vec![],
+        }
+    }
 }
 
 thread_local! {

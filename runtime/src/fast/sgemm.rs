@@ -15,6 +15,7 @@
 //! tile of `C` is handed to the caller's `finish` callback while it is still in cache (bias,
 //! fused epilogue).
 
+use super::memory::{grow_zeroed, line_zeros, LineVec};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
@@ -196,8 +197,7 @@ impl Problem {
 /// layout the micro-kernel reads: for each block of [`kc_for`]`(k)` rows, in order, panels of
 /// [`Arch::nr`] columns (the last zero-padded), each `kc x nr` row-major.
 pub struct PackedB {
-    data: Vec<f32>,
-    off: usize,
+    data: LineVec<f32>,
     /// Rows (`k`).
     pub k: usize,
     /// Columns (`n`).
@@ -210,11 +210,9 @@ impl PackedB {
     /// # Safety
     /// Every element of `b` must be readable.
     pub unsafe fn new(b: &Mat, k: usize, n: usize) -> PackedB {
-        let len = Self::len_for(k, n);
-        let mut data = vec![0f32; len + 16];
-        let off = data.as_ptr().align_offset(64).min(15);
-        Self::pack_into(b, k, n, &mut data[off..off + len]);
-        PackedB { data, off, k, n }
+        let mut data = line_zeros(Self::len_for(k, n));
+        Self::pack_into(b, k, n, &mut data);
+        PackedB { data, k, n }
     }
 
     /// Packs the `k x n` matrix `b` into `dst` ([`PackedB::len_for`]`(k, n)` elements), in
@@ -252,7 +250,7 @@ impl PackedB {
 
     /// The packed values.
     pub fn as_ptr(&self) -> *const f32 {
-        self.data[self.off..].as_ptr()
+        self.data.as_ptr()
     }
 
     /// Bytes held.
@@ -265,8 +263,7 @@ impl PackedB {
 /// the layout the micro-kernel reads: for each block of [`kc_for`]`(k)` columns, in order,
 /// panels of the micro-kernel's rows for this `m` ([`arch_for`]), the last zero-padded.
 pub struct PackedA {
-    data: Vec<f32>,
-    off: usize,
+    data: LineVec<f32>,
     /// Rows (`m`).
     pub m: usize,
     /// Columns (`k`).
@@ -279,11 +276,9 @@ impl PackedA {
     /// # Safety
     /// Every element of `a` must be readable.
     pub unsafe fn new(a: &Mat, m: usize, k: usize) -> PackedA {
-        let len = Self::len_for(m, k);
-        let mut data = vec![0f32; len + 16];
-        let off = data.as_ptr().align_offset(64).min(15);
-        Self::pack_into(a, m, k, &mut data[off..off + len]);
-        PackedA { data, off, m, k }
+        let mut data = line_zeros(Self::len_for(m, k));
+        Self::pack_into(a, m, k, &mut data);
+        PackedA { data, m, k }
     }
 
     /// Elements of the packed layout of an `m x k` matrix for this CPU's micro-kernel.
@@ -308,7 +303,7 @@ impl PackedA {
 
     /// The packed values.
     pub fn as_ptr(&self) -> *const f32 {
-        self.data[self.off..].as_ptr()
+        self.data.as_ptr()
     }
 }
 
@@ -317,7 +312,7 @@ impl PackedA {
 #[allow(clippy::too_many_arguments)]
 unsafe fn a_block<'s>(
     p: &Problem,
-    buf: &'s mut Vec<f32>,
+    buf: &'s mut LineVec<f32>,
     r0: usize,
     mc: usize,
     p0: usize,
@@ -1083,21 +1078,18 @@ impl Post {
 
 /// Per-thread packing buffers, reused across calls.
 struct Scratch {
-    a: Vec<f32>,
-    b: Vec<f32>,
+    a: LineVec<f32>,
+    b: LineVec<f32>,
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { a: Vec::new(), b: Vec::new() }) };
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch { a: LineVec::new(64), b: LineVec::new(64) });
 }
 
-/// A 64-byte aligned window of `len` floats inside `v` (grown as needed).
-pub(crate) fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    if v.len() < len + 16 {
-        v.resize(len + 16, 0.0);
-    }
-    let off = v.as_ptr().align_offset(64).min(15);
-    &mut v[off..off + len]
+/// The first `len` floats of `v` (grown as needed): a 64-byte aligned scratch block.
+pub(crate) fn aligned(v: &mut LineVec<f32>, len: usize) -> &mut [f32] {
+    grow_zeroed(v, len);
+    &mut v[..len]
 }
 
 /// Packs rows `r0..r0+mc`, columns `p0..p0+kc` of `a` into panels of `mr` rows: panel `q`
@@ -1399,7 +1391,7 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
     // Where several column tiles share rows, each would pack the same blocks of `A`: pack
     // each such `A` once, by all threads, and let the tiles read it.
     let mut problems = problems.to_vec();
-    let mut shared_a: Vec<Vec<f32>> = vec![];
+    let mut shared_a: Vec<LineVec<f32>> = vec![];
     for p in problems.iter_mut() {
         let size = p.m.next_multiple_of(mr).saturating_mul(p.k);
         if p.packed_a.is_null() && p.n > 16 * nr && p.k > 0 && size <= SHARED_A_MAX {
@@ -1453,17 +1445,17 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
 /// several MiB is zeroed by the kernel page by page as it is first written, on every call (the
 /// encoder's linear layers allocated 24 MiB per run, 3% of its time on one thread in page
 /// faults). At most [`SHARED_KEPT`] are kept.
-static SHARED: std::sync::Mutex<Vec<Vec<f32>>> = std::sync::Mutex::new(Vec::new());
+static SHARED: std::sync::Mutex<Vec<LineVec<f32>>> = std::sync::Mutex::new(Vec::new());
 
 /// Buffers [`SHARED`] keeps (a product takes one per problem; models have one or two).
 const SHARED_KEPT: usize = 4;
 
 /// A kept buffer for at least `len` floats (see [`aligned`]): the smallest that fits, else the
 /// largest (grown), else a new one.
-fn take_shared(len: usize) -> Vec<f32> {
+fn take_shared(len: usize) -> LineVec<f32> {
     let mut kept = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     let fit = (0..kept.len())
-        .filter(|&i| kept[i].len() >= len + 16)
+        .filter(|&i| kept[i].len() >= len)
         .min_by_key(|&i| kept[i].len());
     match fit {
         Some(i) => kept.remove(i),
@@ -1471,7 +1463,7 @@ fn take_shared(len: usize) -> Vec<f32> {
         None => (0..kept.len())
             .max_by_key(|&i| kept[i].len())
             .map(|i| kept.remove(i))
-            .unwrap_or_default(),
+            .unwrap_or_else(|| LineVec::new(64)),
     }
 }
 
@@ -1565,7 +1557,7 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
     // 4 tiles per thread where the shape allows.
     let nc_max = NC.min(n.next_multiple_of(nr));
     let kb = kc_for(k);
-    let mut packed_b = vec![0f32; kb * nc_max + 16];
+    let mut packed_b = LineVec::new(64);
     let pb_all = aligned(&mut packed_b, kb * nc_max);
     for c0 in (0..n).step_by(nc_max) {
         let nc = nc_max.min(n - c0);

@@ -31,6 +31,7 @@
 
 use super::conv::{ConvSpec, Post};
 use super::gemm::Tile;
+use super::memory::LineVec;
 use super::sgemm::{self, Mat, PackedA};
 use super::SendPtr;
 use rayon::prelude::*;
@@ -125,7 +126,7 @@ pub fn transform_weights(spec: &ConvSpec, w: &[f32]) -> Option<WinogradWeights> 
 
 thread_local! {
     /// Each thread's buffers: the split input rows, the transformed input, the products.
-    static BUFS: RefCell<[Vec<f32>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
+    static BUFS: RefCell<[LineVec<f32>; 3]> = RefCell::new([LineVec::new(64), LineVec::new(64), LineVec::new(64)]);
 }
 
 /// Image `img` (`x` is its input, `[cin, h, w]`) into `out` (the whole output), bias and ReLU
@@ -192,7 +193,7 @@ struct Image<'a> {
 
 /// Tile rows `ty0..ty1` of an image: split rows, input transform, 16 products, output
 /// transform.
-fn job(im: &Image<'_>, (ty0, ty1): (usize, usize), [split, v, m]: [&mut Vec<f32>; 3]) {
+fn job(im: &Image<'_>, (ty0, ty1): (usize, usize), [split, v, m]: [&mut LineVec<f32>; 3]) {
     let Image {
         spec,
         img,
