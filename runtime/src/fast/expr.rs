@@ -24,6 +24,7 @@ use super::vmath;
 use super::Src;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -852,7 +853,7 @@ impl Expr {
     /// Evaluates flat iteration indices `start..end`; output `k`'s value at flat index `i` goes
     /// to `outs[k][i - start]`. The expression must have been validated against `srcs`.
     pub fn eval_range(&self, srcs: &[Src<'_>], start: usize, end: usize, outs: &mut [&mut [f32]]) {
-        self.eval_range_with(srcs, &[], start, end, outs, (false, false))
+        self.eval_range_with(srcs, &[], start, end, outs, false)
     }
 
     /// [`eval_range`](Expr::eval_range) where a leaf of slot `s` reads address
@@ -868,22 +869,7 @@ impl Expr {
         end: usize,
         outs: &mut [&mut [f32]],
     ) {
-        self.eval_range_with(srcs, shift, start, end, outs, (true, false))
-    }
-
-    /// [`eval_range`](Expr::eval_range) on operands and outputs too large to stay in cache
-    /// (see `Plan::stream`).
-    fn eval_range_streaming(
-        &self,
-        srcs: &[Src<'_>],
-        start: usize,
-        end: usize,
-        outs: &mut [&mut [f32]],
-    ) {
-        self.eval_range_with(srcs, &[], start, end, outs, (false, true));
-        // The non-temporal stores are weakly ordered: they reach memory before the task is
-        // reported done.
-        simd::stream_fence();
+        self.eval_range_with(srcs, shift, start, end, outs, true)
     }
 
     fn eval_range_with(
@@ -893,7 +879,7 @@ impl Expr {
         start: usize,
         end: usize,
         outs: &mut [&mut [f32]],
-        (uniform, stream): (bool, bool),
+        uniform: bool,
     ) {
         assert_eq!(outs.len(), self.outputs.len(), "one buffer per output");
         let end = end.min(self.numel());
@@ -903,7 +889,7 @@ impl Expr {
         for o in outs.iter() {
             assert!(o.len() >= end - start, "output buffer too short");
         }
-        let EvalPlan(plan, regs) = &mut self.plan_with(stream);
+        let EvalPlan(plan, regs) = &mut self.plan();
         for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
             if let LeafSrc::Slot { slot, .. } = l.src {
                 *o -= shift.get(slot as usize).copied().unwrap_or(0);
@@ -915,17 +901,39 @@ impl Expr {
     /// The iteration plan of [`eval_rows`](Expr::eval_rows), built once for many calls (one
     /// per tile of a product, say).
     pub fn plan(&self) -> EvalPlan {
-        self.plan_with(false)
-    }
-
-    fn plan_with(&self, stream: bool) -> EvalPlan {
         // The register blocks come from this thread's scratch (returned when the plan drops),
         // so the calls of a plan touch no thread-local state.
+        EvalPlan(Plan::new(self, false), self.take_regs())
+    }
+
+    /// This thread's register blocks, at least this expression's count (handed back by
+    /// [`EvalPlan`]'s drop, or by [`eval_task`](Expr::eval_task)).
+    fn take_regs(&self) -> Vec<LineVec<f32>> {
         let mut regs = SCRATCH.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
         if regs.len() < self.num_regs as usize {
             regs.resize_with(self.num_regs as usize, || line_zeros(BLOCK));
         }
-        EvalPlan(Plan::new(self, stream), regs)
+        regs
+    }
+
+    /// One task of [`run_elementwise`]: flat indices `start..end` (inside the iteration space)
+    /// into `outs`, with the plan all its tasks share (built once per call, not per task).
+    fn eval_task(
+        &self,
+        plan: &Plan,
+        srcs: &[Src<'_>],
+        start: usize,
+        end: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        let mut regs = self.take_regs();
+        eval_blocks(self, plan, srcs, start, end, outs, &mut regs, false);
+        if plan.stream {
+            // The non-temporal stores are weakly ordered: they reach memory before the task
+            // is reported done.
+            simd::stream_fence();
+        }
+        let _ = SCRATCH.try_with(|cell| *cell.borrow_mut() = regs);
     }
 
     /// Evaluates the flat ranges `start..start + w` of `rows` (the rows of one tile of a
@@ -1454,24 +1462,27 @@ pub fn run_elementwise(e: &Expr, srcs: &[Src<'_>], outs: &mut [&mut [f32]]) {
         e.eval_range(srcs, 0, total, outs);
         return;
     }
+    assert_eq!(outs.len(), e.outputs.len(), "one buffer per output");
+    assert!(
+        outs.iter().all(|o| o.len() >= total),
+        "output buffer too short"
+    );
     let tasks = total.div_ceil(TASK);
-    let mut per_task: Vec<Vec<&mut [f32]>> = (0..tasks).map(|_| Vec::new()).collect();
+    // Each task's pieces of the outputs, inline (no allocation per task).
+    let mut per_task: Vec<SmallVec<[&mut [f32]; 4]>> =
+        (0..tasks).map(|_| SmallVec::new()).collect();
     for o in outs.iter_mut() {
         for (t, s) in o[..total].chunks_mut(TASK).enumerate() {
             per_task[t].push(s);
         }
     }
-    let stream = total >= STREAM_ELEMS;
+    let plan = Plan::new(e, total >= STREAM_ELEMS);
     per_task
         .into_par_iter()
         .enumerate()
         .for_each(|(t, mut os)| {
             let (s, end) = (t * TASK, ((t + 1) * TASK).min(total));
-            if stream {
-                e.eval_range_streaming(srcs, s, end, &mut os);
-            } else {
-                e.eval_range(srcs, s, end, &mut os);
-            }
+            e.eval_task(&plan, srcs, s, end, &mut os);
         });
 }
 

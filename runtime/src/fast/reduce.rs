@@ -26,6 +26,7 @@ use super::vmath::{
 use super::{Dst, Src};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 /// Target elements per row block.
 const BLOCK_ELEMS: usize = 16 * 1024;
@@ -534,7 +535,10 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
     let blocks = k.rows.div_ceil(br);
     // A softmax into outputs far larger than the caches streams its rows (see `reduce_rows`).
     let stream = last.op.is_softmax() && (0..dsts.len()).any(|j| k.out_len(j) >= STREAM_ELEMS);
-    let mut per_block: Vec<Vec<Option<Chunk<'_>>>> = (0..blocks).map(|_| vec![]).collect();
+    // Each block's chunks of the outputs, inline (a heap vector per block was a malloc and a
+    // free per block, 2% of the layer norm + softmax workload).
+    let mut per_block: Vec<SmallVec<[Option<Chunk<'_>>; 4]>> =
+        (0..blocks).map(|_| SmallVec::new()).collect();
     for (j, d) in dsts.iter_mut().enumerate() {
         let per = if matches!(last.outputs[j], RowOut::Whole { .. }) {
             None
@@ -583,6 +587,9 @@ super::simd::multiversion! {
     ) => run_block_body
 }
 
+/// A stage's sources and their shifts (see [`stage_srcs`]), inline for the usual counts.
+type StageSrcs<'b> = (SmallVec<[Src<'b>; 8]>, SmallVec<[i64; 8]>);
+
 /// The sources of a stage's expressions over the rows from `r0` on: the operands, then the
 /// stage's own input rows and results (`own`, each with its elements per row; empty for a
 /// prologue), then the outputs of the earlier stages, each with the shift that makes a
@@ -593,9 +600,9 @@ fn stage_srcs<'b>(
     carried: &'b [LineVec<f32>],
     carried_per: &[usize],
     r0: usize,
-) -> (Vec<Src<'b>>, Vec<i64>) {
-    let mut ext = srcs.to_vec();
-    let mut shift = vec![0i64; srcs.len()];
+) -> StageSrcs<'b> {
+    let mut ext: SmallVec<[Src<'b>; 8]> = srcs.iter().copied().collect();
+    let mut shift: SmallVec<[i64; 8]> = std::iter::repeat_n(0, srcs.len()).collect();
     for (v, per) in own.into_iter().chain(
         carried
             .iter()
@@ -733,7 +740,13 @@ fn run_block_body(
             (results[1], st.op.result_per_row(1, len).unwrap_or(0)),
             (results[2], st.op.result_per_row(2, len).unwrap_or(0)),
         ];
-        let (ext, shift) = stage_srcs(srcs, own, before, per, r0);
+        // The sources of the stage's row epilogues, made only where it has one.
+        let epilogues = st.outputs.iter().any(|o| matches!(o, RowOut::Rows { .. }));
+        let (ext, shift) = if epilogues {
+            stage_srcs(srcs, own, before, per, r0)
+        } else {
+            Default::default()
+        };
         if s == last {
             for (o, chunk) in st.outputs.iter().zip(outs.iter_mut()) {
                 let Some(chunk) = chunk else { continue };
@@ -766,6 +779,8 @@ fn run_block_body(
                     RowOut::Whole { .. } => {}
                 }
             }
+            // (The sources borrow the results; a `SmallVec` holds its borrows until dropped.)
+            drop((ext, shift));
             if let (Some(j), Some(c)) = (into, taken) {
                 outs[j] = Some(c);
             }
@@ -780,6 +795,7 @@ fn run_block_body(
                     expr.eval_range_shifted(&ext, &shift, r0 * per, r1 * per, &mut [buf]);
                 }
             }
+            drop((ext, shift));
             let mut moved: [Option<usize>; 3] = [None; 3];
             for j in 0..mine {
                 let RowOut::Result(r) = st.outputs[j] else {
