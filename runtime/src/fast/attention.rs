@@ -224,11 +224,20 @@ pub fn attention(
         .flat_map(|b| (0..spec.m).step_by(rows).map(move |r0| (b, r0)))
         .collect();
     let outp = SendPtr(out.as_mut_ptr());
-    tasks.par_iter().for_each(|&(b, r0)| {
+    let task = |&(b, r0): &(usize, usize)| {
         // SAFETY: `validate` checked every read against its buffer and that the output view
         // is one-to-one inside `out`; tasks write disjoint rows of it.
         unsafe { entry_rows(spec, (q, k, v, mask), outp, b, r0..(r0 + rows).min(spec.m)) }
-    });
+    };
+    // Less work than waking a sleeping worker costs (GPT-2's small attentions, a few
+    // microseconds each, took 13 on 2 threads as the first parallel step after the
+    // interpreter's): all of it here, in order (the same results: tasks are independent).
+    let flops = 2.0 * (spec.batch * spec.m * spec.n * (spec.d + spec.dv)) as f64;
+    if flops < sgemm::SERIAL_FLOPS {
+        tasks.iter().for_each(task);
+    } else {
+        tasks.par_iter().for_each(task);
+    }
 }
 
 /// The queries', keys', values' and mask's buffers.

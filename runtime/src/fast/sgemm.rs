@@ -1358,9 +1358,10 @@ pub unsafe fn gemm(problems: &[Problem], finish: &Finish<'_>) {
     }
 }
 
-/// Products of fewer floating-point operations than this run on the calling thread: about
-/// ten microseconds of work, what waking a sleeping worker of the pool can cost.
-const SERIAL_FLOPS: f64 = 1e6;
+/// Products (and attentions, see `attention::attention`) of fewer floating-point operations
+/// than this run on the calling thread: about ten microseconds of work, what waking a sleeping
+/// worker of the pool can cost.
+pub const SERIAL_FLOPS: f64 = 1e6;
 
 /// Products whose `B` was packed ahead of time: one task per tile of `C`, each looping over
 /// `k` with its own packed block of `A`, the tile of `C` staying in L2 between blocks.
