@@ -499,9 +499,13 @@ pub struct EvalPlan(Plan, Vec<LineVec<f32>>);
 impl Drop for EvalPlan {
     /// Hands the register blocks back to this thread for the next plan.
     fn drop(&mut self) {
-        let regs = std::mem::take(&mut self.1);
-        let _ = SCRATCH.try_with(|cell| *cell.borrow_mut() = regs);
+        give_back_regs(std::mem::take(&mut self.1));
     }
+}
+
+/// Hands register blocks (from [`Expr::take_regs`]) back to this thread's scratch.
+fn give_back_regs(regs: Vec<LineVec<f32>>) {
+    let _ = SCRATCH.try_with(|cell| *cell.borrow_mut() = regs);
 }
 
 /// The iteration space with unit dimensions dropped and mergeable neighbours merged, and each
@@ -933,7 +937,7 @@ impl Expr {
             // is reported done.
             simd::stream_fence();
         }
-        let _ = SCRATCH.try_with(|cell| *cell.borrow_mut() = regs);
+        give_back_regs(regs);
     }
 
     /// Evaluates the flat ranges `start..start + w` of `rows` (the rows of one tile of a
