@@ -270,20 +270,6 @@ mod avx512 {
         _mm512_fmadd_ps(r, _mm512_fmadd_ps(r, tail, s(1.0)), s(1.0))
     }
 
-    /// `math::exp_hilo` on 16 lanes, bitwise (the scale by `2^n` in one `vscalefps`).
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn exp_hilo(hi: __m512, lo: __m512) -> __m512 {
-        use super::math::{LN2_HI, LN2_LO, ROUND_MAGIC as MAGIC};
-        use std::f32::consts::LOG2_E as LOG2E;
-        let s = _mm512_set1_ps;
-        let t = _mm512_fmadd_ps(_mm512_add_ps(hi, lo), s(LOG2E), s(MAGIC));
-        let nf = _mm512_sub_ps(t, s(MAGIC));
-        let r = _mm512_add_ps(_mm512_fnmadd_ps(nf, s(LN2_HI), hi), lo);
-        let r = _mm512_fnmadd_ps(nf, s(LN2_LO), r);
-        _mm512_scalef_ps(poly(r), nf)
-    }
-
     /// `math::sigmoid` on 16 lanes, bitwise (NaN in, NaN out).
     ///
     /// # Safety
@@ -303,41 +289,37 @@ mod avx512 {
         _mm512_mask_mov_ps(s, neg, _mm512_mul_ps(e, s))
     }
 
-    /// `math::gelu_erf` on 16 lanes, bitwise (NaN in, NaN out), operation for operation.
+    /// `math::gelu_erf` on 16 lanes, bitwise (NaN in, NaN out), operation for operation: the
+    /// interval index `k` is the low four bits of `t`, which `vpermps` reads as its lane
+    /// index, so each coefficient of `F` is one permute of a register of 16.
     ///
     /// # Safety
     /// The CPU must have AVX-512F.
     #[target_feature(enable = "avx512f")]
     #[inline]
     pub unsafe fn gelu_erf(x: __m512) -> __m512 {
-        use super::math::{ERFC_C0, ERFC_C1, ERFC_PAIRS};
+        use super::math::{GELU_F, ROUND_MAGIC};
         let s = _mm512_set1_ps;
-        // `x.abs().min(15.0)`: `min` gives its second operand for a NaN, as `f32::min` does.
-        let a = _mm512_min_ps(_mm512_abs_ps(x), s(15.0));
-        // `neg_half_square(a)`.
-        let m = _mm512_mul_ps(a, s(-0.5));
-        let hi = _mm512_mul_ps(m, a);
-        let lo = _mm512_fmsub_ps(m, a, hi);
-        let z = _mm512_mul_ps(a, s(std::f32::consts::FRAC_1_SQRT_2));
-        // `erfc_core(z, hi, lo)`.
-        let t = _mm512_div_ps(s(1.0), _mm512_fmadd_ps(z, s(0.5), s(1.0)));
-        let t2 = _mm512_mul_ps(t, t);
-        let [a0, a1, a2, a3] = ERFC_PAIRS.map(|(k, c)| _mm512_fmadd_ps(t, s(k), s(c)));
-        let tail = _mm512_fmadd_ps(
-            _mm512_fmadd_ps(a3, t2, a2),
-            _mm512_mul_ps(t2, t2),
-            _mm512_fmadd_ps(a1, t2, a0),
-        );
-        let p = _mm512_fmadd_ps(
-            t,
-            _mm512_fmadd_ps(t, tail, s(ERFC_C1)),
-            _mm512_add_ps(lo, s(ERFC_C0)),
-        );
-        let c = _mm512_mul_ps(t, exp_hilo(hi, p));
-        // `x < 0 ? c : 2 - c` (a NaN takes `2 - c`; the product below is NaN either way).
-        let pos = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, _mm512_setzero_ps());
-        let f = _mm512_mask_sub_ps(c, pos, s(2.0), c);
-        _mm512_mul_ps(_mm512_mul_ps(s(0.5), x), f)
+        let a = _mm512_abs_ps(x);
+        // `min` gives its second operand for a NaN `a`, as `f32::min` does.
+        let ac = _mm512_min_ps(a, s(7.5));
+        let t = _mm512_fmadd_ps(ac, s(2.0), s(ROUND_MAGIC));
+        let r = _mm512_fmadd_ps(_mm512_sub_ps(t, s(ROUND_MAGIC)), s(-0.5), ac);
+        let k = _mm512_castps_si512(t);
+        // SAFETY: each row of `GELU_F` holds 16 floats.
+        let c = |j: usize| _mm512_permutexvar_ps(k, unsafe { _mm512_loadu_ps(GELU_F[j].as_ptr()) });
+        let mut f = c(5);
+        for j in (0..5).rev() {
+            f = _mm512_fmadd_ps(f, r, c(j));
+        }
+        let g = _mm512_fmadd_ps(a, f, _mm512_mul_ps(s(0.5), x));
+        // `g | (x & sign)`: the sign of `x` on the result (0xF8: `A | (B & C)`).
+        let sign = _mm512_set1_epi32(i32::MIN);
+        _mm512_castsi512_ps(_mm512_ternarylogic_epi32::<0xF8>(
+            _mm512_castps_si512(g),
+            _mm512_castps_si512(x),
+            sign,
+        ))
     }
 
     /// `out[i] = f(x[i])` over two slices of the same length, four registers at a time (one
@@ -698,12 +680,19 @@ mod tests {
         xs.extend([
             0.0,
             -0.0,
-            14.0,
-            -14.0,
-            14.000_001,
-            -14.000_001,
-            13.999_999,
-            -13.999_999,
+            // GELU's clamp and interval edges.
+            7.5,
+            -7.5,
+            7.500_001,
+            -7.500_001,
+            7.499_999,
+            0.25,
+            -0.25,
+            0.250_000_02,
+            0.75,
+            -6.25,
+            1e-30,
+            -1e-30,
             f32::INFINITY,
             f32::NEG_INFINITY,
             f32::NAN,
