@@ -160,7 +160,11 @@ fn gelu_accuracy() {
     // x ≥ 0: relative. x < 0: the two terms 0.5x and |x| erf(|x|/√2)/2 cancel (as 1 + erf does
     // in PyTorch's formula), so the error is bounded against |x|, not against the tiny result.
     let xs = points(4099);
-    let pos: Vec<f32> = xs.iter().copied().filter(|x| *x >= 0.0 || x.is_nan()).collect();
+    let pos: Vec<f32> = xs
+        .iter()
+        .copied()
+        .filter(|x| *x >= 0.0 || x.is_nan())
+        .collect();
     check_points("gelu_erf", &pos, math::gelu_erf, exact, 1e-38, 2.5e-7);
     let mut worst = (0.0f64, 0.0f32);
     for &x in xs.iter().filter(|x| **x < 0.0 && x.is_finite()) {

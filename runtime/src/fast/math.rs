@@ -59,7 +59,7 @@ fn pow2i(n: i32) -> f32 {
     f32::from_bits((n.wrapping_add(127) as u32) << 23)
 }
 
-/// `e^x`. Cody-Waite reduction `x = n ln2 + r`, `|r| ≤ ln2/2`, degree-7 Taylor polynomial,
+/// `e^x`. Cody-Waite reduction `x = n ln2 + r`, `|r| ≤ ln2/2`, the polynomial of [`exp_poly`],
 /// and a two-step scale so that denormal results and overflow to `inf` come out right.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
@@ -78,17 +78,20 @@ fn round_log2e(x: f32) -> (i32, f32) {
     (n, t - ROUND_MAGIC)
 }
 
-/// `e^r` for `|r| ≤ ln2/2`: 1 + r + r² (1/2 + r/6 + ... + r⁵/5040), the tail in independent
-/// pairs.
+/// `e^r` for `|r| ≤ ln2/2`: `1 + r + r² q(r)` with `q` the degree-4 polynomial
+/// [`EXP_Q`] (a minimax fit for the relative error of `e^r`: 3e-9 before rounding, so `exp`
+/// stays within 1 ulp, as with the degree-7 Taylor polynomial it replaces, with one fused
+/// multiply-add fewer), its terms in independent pairs.
 #[inline(always)]
 fn exp_poly(r: f32) -> f32 {
+    let [q0, q1, q2, q3, q4] = EXP_Q;
     let r2 = r * r;
-    let t01 = fma(r, 1.0 / 6.0, 0.5);
-    let t23 = fma(r, 1.0 / 120.0, 1.0 / 24.0);
-    let t45 = fma(r, 1.0 / 5040.0, 1.0 / 720.0);
-    let tail = fma(fma(t45, r2, t23), r2, t01);
+    let tail = fma(fma(q4, r2, fma(q3, r, q2)), r2, fma(q1, r, q0));
     fma(r, fma(r, tail, 1.0), 1.0)
 }
+
+/// The coefficients of [`exp_poly`]'s `q` (also of `vmath`'s copy), from `r⁰` on.
+pub(super) const EXP_Q: [f32; 5] = [0.49999994, 0.16666521, 0.04166839, 0.00836871, 0.0013814612];
 
 /// `p * 2^n` for `n` in `[-150, 129]`, in two exact steps so that denormal results round once
 /// and overflow gives `inf`; NaN where `x` is NaN.
