@@ -231,32 +231,7 @@ pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
-/// Complementary error function of `z ≥ 0` (the Chebyshev fit of Numerical Recipes'
-/// `erfcc`, fractional error below 1.2e-7 before rounding), given `-z²` as `hi + lo` with `lo`
-/// the exact rounding error of `hi` (see [`neg_half_square`]), so the steep `exp(-z²)` factor
-/// sees no rounding of its argument. `z` must be finite and at most 11 (`hi ≥ -121`), which
-/// keeps [`exp_hilo`]'s argument in range.
-#[inline(always)]
-fn erfc_core(z: f32, hi: f32, lo: f32) -> f32 {
-    let t = 1.0 / fma(z, 0.5, 1.0);
-    // The tail from t² on in independent pairs, then the two leading terms.
-    let t2 = t * t;
-    let [a0, a1, a2, a3] = ERFC_PAIRS.map(|(k, c)| fma(t, k, c));
-    let tail = fma(fma(a3, t2, a2), t2 * t2, fma(a1, t2, a0));
-    let p = fma(t, fma(t, tail, ERFC_C1), lo + ERFC_C0);
-    t * exp_hilo(hi, p)
-}
-
-/// `-a²/2` as `hi + lo`, exactly: `hi` rounded, `lo` its rounding error (one fused
-/// multiply-add; halving is exact).
-#[inline(always)]
-fn neg_half_square(a: f32) -> (f32, f32) {
-    let m = a * -0.5;
-    let hi = m * a;
-    (hi, fma(m, a, -hi))
-}
-
-/// The fit of [`erfc_core`]: its coefficients from `t²` on, in pairs
+/// The fit of [`erfc_pos`]: its coefficients from `t²` on, in pairs
 /// `(k, c)` taken as `t k + c`, ...
 const ERFC_PAIRS: [(f32, f32); 4] = [
     (0.096_784_18, 0.374_091_96),
@@ -269,13 +244,24 @@ const ERFC_C1: f32 = 1.000_023_7;
 /// ... and its constant term.
 const ERFC_C0: f32 = -1.265_512_2;
 
-/// `erfc(|x|)`, with `|x|` clamped to 10 (where the result is below 3e-45).
+/// `erfc(|x|)`, with `|x|` clamped to 10 (where the result is below 3e-45): the Chebyshev fit
+/// of Numerical Recipes' `erfcc` (fractional error below 1.2e-7 before rounding), `t e^(-z² +
+/// p(t))` with `t = 1 / (1 + z/2)`, where `-z²` is carried as `hi + lo` (`lo` the exact
+/// rounding error of `hi`, from one fused multiply-add), so the steep factor sees no rounding
+/// of its argument and [`exp_hilo`]'s argument stays in range (`hi ≥ -100`).
 #[inline(always)]
 fn erfc_pos(x: f32) -> f32 {
     let z = x.abs().min(10.0);
-    // -z² = 2 * (-(z²)/2), both parts doubled exactly.
-    let (hi, lo) = neg_half_square(z);
-    erfc_core(z, 2.0 * hi, 2.0 * lo)
+    let m = -z;
+    let hi = m * z;
+    let lo = fma(m, z, -hi);
+    let t = 1.0 / fma(z, 0.5, 1.0);
+    // The tail from t² on in independent pairs, then the two leading terms.
+    let t2 = t * t;
+    let [a0, a1, a2, a3] = ERFC_PAIRS.map(|(k, c)| fma(t, k, c));
+    let tail = fma(fma(a3, t2, a2), t2 * t2, fma(a1, t2, a0));
+    let p = fma(t, fma(t, tail, ERFC_C1), lo + ERFC_C0);
+    t * exp_hilo(hi, p)
 }
 
 /// Complementary error function `1 - erf(x)`.

@@ -19,8 +19,9 @@
 //! the same algorithm as [`super::math::exp`], operation for operation, with that one
 //! instruction in place of the two-step scale: 16 vector operations per 16 values instead of 30.
 //! Its results are the same bits (checked over every exponent range, denormal results,
-//! infinities and NaN by the tests below). [`sigmoid`] and [`gelu_erf`] are `math`'s the same
-//! way, and [`map_fast`] runs the three over slices for the elementwise engine. The row loops
+//! infinities and NaN by the tests below). [`sigmoid`] is `math`'s the same way, [`gelu_erf`]
+//! is `math`'s operation for operation with one `vpermps` per read of its coefficient table,
+//! and [`map_fast`] runs the three over slices for the elementwise engine. The row loops
 //! here run four registers at a time: one register per iteration leaves the core waiting on
 //! each `exp`'s chain of dependent operations.
 
