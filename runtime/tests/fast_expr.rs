@@ -4,7 +4,8 @@
 //! Throughput: `cargo test --release -p fxhlo-runtime --test fast_expr -- --ignored --nocapture`.
 
 use fxhlo_runtime::fast::expr::{
-    run_elementwise, BinOp, Expr, ExprBuilder, Leaf, LeafKind, LeafSrc, UnOp,
+    apply_bin, apply_un, run_elementwise, BinOp, Expr, ExprBuilder, InstOp, Leaf, LeafKind,
+    LeafSrc, UnOp,
 };
 use fxhlo_runtime::fast::math;
 use fxhlo_runtime::fast::reduce::{run_row_reduce, ReduceOp, RowOut, RowReduce, RowStage};
@@ -323,6 +324,119 @@ fn block_uniform_values_give_the_same_bits() {
         want[0][i],
         (m[1] * m[1] * m[1] - k[1] as f32) + math::sigmoid(m[1])
     );
+}
+
+/// Chains whose intermediate values have no other use become fused instructions (the
+/// elementwise workload `gelu(x * w + b) * sigmoid(x) + x` is two), values used twice or
+/// returned stay as they are, and every output has the bits of its ops one at a time, through
+/// the block loop, the streaming loop and the per-row loop with block-uniform operands.
+#[test]
+fn fused_chains_give_the_bits_of_their_steps() {
+    let (rows, len) = (9usize, 1000usize);
+    let n = rows * len;
+    let x = rand_vec(n, 11);
+    let y = rand_vec(n, 12);
+    let w = rand_vec(len, 13);
+    let m = rand_vec(rows, 14);
+    let mut b = ExprBuilder::new(&[rows, len]);
+    let xv = b.leaf(slot(0, 0, vec![len as i64, 1]));
+    let yv = b.leaf(slot(1, 0, vec![len as i64, 1]));
+    let wv = b.leaf(slot(2, 0, vec![0, 1]));
+    let mv = b.leaf(slot(3, 0, vec![1, 0]));
+    // The elementwise workload.
+    let xw = b.bin(BinOp::Mul, xv, wv);
+    let t = b.bin(BinOp::Add, xw, yv);
+    let g = b.un(UnOp::GeluErf, t);
+    let s = b.un(UnOp::Sigmoid, xv);
+    let gs = b.bin(BinOp::Mul, g, s);
+    let o0 = b.bin(BinOp::Add, gs, xv);
+    // A product on the right of the sum; a quotient of two unary ops.
+    let ym = b.bin(BinOp::Mul, yv, mv);
+    let o1 = b.bin(BinOp::Add, xv, ym);
+    let ey = b.un(UnOp::Exp, yv);
+    let sm = b.un(UnOp::Sigmoid, mv);
+    let o2 = b.bin(BinOp::Div, ey, sm);
+    // A unary op used twice, and one that is returned: neither is folded.
+    let gx = b.un(UnOp::GeluErf, xv);
+    let twice = b.bin(BinOp::Mul, gx, gx);
+    let o3 = b.bin(BinOp::Sub, twice, yv);
+    let ex = b.un(UnOp::Exp, xv);
+    let o4 = b.bin(BinOp::Mul, ex, yv);
+    // Every operand uniform along a row.
+    let em = b.un(UnOp::Exp, mv);
+    let o5 = b.bin(BinOp::Mul, em, sm);
+    let outs = [o0, o1, o2, o3, o4, ex, o5];
+    let e = b.finish(&outs);
+    let fused: Vec<_> = e
+        .insts()
+        .iter()
+        .filter_map(|i| match i.op {
+            InstOp::Fused(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    // o0 (two), o1, o2 and o5 (sigmoid(m) feeds o2 and o5: each reads it unfused).
+    assert_eq!(fused.len(), 5, "{:#?}", e.insts());
+    assert!(fused
+        .iter()
+        .any(|f| f.pa == Some(UnOp::GeluErf) && f.pb == Some(UnOp::Sigmoid) && f.add.is_some()));
+    // gelu(x), used twice, and exp(x), returned, are instructions of their own.
+    let un_count = |u: UnOp| {
+        e.insts()
+            .iter()
+            .filter(|i| matches!(i.op, InstOp::Un(v, _) if v == u))
+            .count()
+    };
+    assert_eq!((un_count(UnOp::GeluErf), un_count(UnOp::Exp)), (1, 1));
+    // The bits of the ops one at a time.
+    let (un, bin) = (apply_un, apply_bin);
+    let want = |k: usize, i: usize| {
+        let (xi, yi, wi, mi) = (x[i], y[i], w[i % len], m[i / len]);
+        match k {
+            0 => bin(
+                BinOp::Add,
+                bin(
+                    BinOp::Mul,
+                    un(UnOp::GeluErf, bin(BinOp::Add, bin(BinOp::Mul, xi, wi), yi)),
+                    un(UnOp::Sigmoid, xi),
+                ),
+                xi,
+            ),
+            1 => bin(BinOp::Add, xi, bin(BinOp::Mul, yi, mi)),
+            2 => bin(BinOp::Div, un(UnOp::Exp, yi), un(UnOp::Sigmoid, mi)),
+            3 => {
+                let g = un(UnOp::GeluErf, xi);
+                bin(BinOp::Sub, bin(BinOp::Mul, g, g), yi)
+            }
+            4 => bin(BinOp::Mul, un(UnOp::Exp, xi), yi),
+            5 => un(UnOp::Exp, xi),
+            _ => bin(BinOp::Mul, un(UnOp::Exp, mi), un(UnOp::Sigmoid, mi)),
+        }
+    };
+    let srcs = [Src::F32(&x), Src::F32(&y), Src::F32(&w), Src::F32(&m)];
+    e.validate(&srcs).unwrap();
+    let check = |got: &[Vec<f32>], s: usize, how: &str| {
+        for (k, g) in got.iter().enumerate() {
+            for (j, v) in g.iter().enumerate() {
+                let want = want(k, s + j);
+                assert!(
+                    v.to_bits() == want.to_bits() || v.is_nan() && want.is_nan(),
+                    "{how}: output {k} at {}: {v} vs {want}",
+                    s + j
+                );
+            }
+        }
+    };
+    let mut got = vec![vec![0f32; n]; outs.len()];
+    let mut refs: Vec<&mut [f32]> = got.iter_mut().map(|v| v.as_mut_slice()).collect();
+    run_elementwise(&e, &srcs, &mut refs);
+    check(&got, 0, "run_elementwise");
+    for (s, t) in [(0, n), (7, 2 * len + 3), (len - 5, len + 40)] {
+        let mut got = vec![vec![0f32; t - s]; outs.len()];
+        let mut refs: Vec<&mut [f32]> = got.iter_mut().map(|v| v.as_mut_slice()).collect();
+        e.eval_range_shifted(&srcs, &[], s, t, &mut refs);
+        check(&got, s, "eval_range_shifted");
+    }
 }
 
 #[test]

@@ -21,7 +21,8 @@
 //! Its results are the same bits (checked over every exponent range, denormal results,
 //! infinities and NaN by the tests below). [`sigmoid`] is `math`'s the same way, [`gelu_erf`]
 //! is `math`'s operation for operation with one `vpermps` per read of its coefficient table,
-//! and [`map_fast`] runs the three over slices for the elementwise engine. The row loops
+//! and [`map_fast`] runs the three over slices for the elementwise engine, [`fused`] a binary
+//! op of them (and a sum) in one loop for its fused instructions. The row loops
 //! here run four registers at a time: one register per iteration leaves the core waiting on
 //! each `exp`'s chain of dependent operations.
 
@@ -200,6 +201,41 @@ pub fn map_fast(f: Fast, out: &mut [f32], x: &[f32]) -> Option<()> {
     None
 }
 
+/// The arithmetic of [`fused`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arith {
+    /// `a + b`.
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b`.
+    Mul,
+    /// `a / b`.
+    Div,
+}
+
+/// `out[i] = (fa(a[i]) op fb(b[i])) + c[i]` (without the `+ c[i]` when `c` is `None`), where
+/// `fa`, `fb` are [`Fast`] functions or the identity (`None`), in one AVX-512 loop: the
+/// elementwise engine's fused instruction, the same bits as the steps one at a time (every
+/// operation rounds on its own, as in the scalar code). `None` (nothing done) on a CPU without
+/// AVX-512. The slices are cut to the shortest.
+pub fn fused(
+    out: &mut [f32],
+    (a, fa): (&[f32], Option<Fast>),
+    op: Arith,
+    (b, fb): (&[f32], Option<Fast>),
+    c: Option<&[f32]>,
+) -> Option<()> {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512F (checked just now).
+        unsafe { avx512::fused(out, (a, fa), op, (b, fb), c) };
+        return Some(());
+    }
+    let _ = (out, a, fa, op, b, fb, c);
+    None
+}
+
 /// The functions of [`map_fast`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fast {
@@ -357,6 +393,127 @@ mod avx512 {
             // SAFETY: within both.
             let (mask, v) = unsafe { load_tail(x, i, n) };
             unsafe { _mm512_mask_storeu_ps(o.add(i), mask, f(v)) };
+        }
+    }
+
+    /// [`pre`]'s code of `f`: 0 for the identity.
+    fn code(f: Option<super::Fast>) -> u8 {
+        use super::Fast;
+        match f {
+            None => 0,
+            Some(Fast::Exp) => 1,
+            Some(Fast::Sigmoid) => 2,
+            Some(Fast::GeluErf) => 3,
+        }
+    }
+
+    /// The function of code `F` (see [`code`]) at `x`: a constant parameter, so that each
+    /// instance of [`fused_k`] is straight-line code.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn pre<const F: u8>(x: __m512) -> __m512 {
+        // SAFETY: the caller has AVX-512F.
+        unsafe {
+            match F {
+                1 => exp(x),
+                2 => sigmoid(x),
+                3 => gelu_erf(x),
+                _ => x,
+            }
+        }
+    }
+
+    /// [`super::fused`]: one instance per pair of functions.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn fused(
+        out: &mut [f32],
+        (a, fa): (&[f32], Option<super::Fast>),
+        op: super::Arith,
+        (b, fb): (&[f32], Option<super::Fast>),
+        c: Option<&[f32]>,
+    ) {
+        macro_rules! pick {
+            ($(($x:literal, $y:literal)),*) => {
+                match (code(fa), code(fb)) {
+                    // SAFETY: the caller has AVX-512F.
+                    $(($x, $y) => unsafe { fused_k::<$x, $y>(out, a, op, b, c) },)*
+                    _ => unreachable!("codes are below 4"),
+                }
+            };
+        }
+        pick!(
+            (0, 0),
+            (0, 1),
+            (0, 2),
+            (0, 3),
+            (1, 0),
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (2, 0),
+            (2, 1),
+            (2, 2),
+            (2, 3),
+            (3, 0),
+            (3, 1),
+            (3, 2),
+            (3, 3)
+        )
+    }
+
+    /// [`super::fused`] with functions of codes `FA`, `FB`: two registers at a time (the
+    /// functions' chains of dependent operations overlap), then a masked last step.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn fused_k<const FA: u8, const FB: u8>(
+        out: &mut [f32],
+        a: &[f32],
+        op: super::Arith,
+        b: &[f32],
+        c: Option<&[f32]>,
+    ) {
+        use super::Arith;
+        let n = out.len().min(a.len()).min(b.len());
+        let n = c.map_or(n, |c| n.min(c.len()));
+        let (pa, pb, o) = (a.as_ptr(), b.as_ptr(), out.as_mut_ptr());
+        let pc = c.map(<[f32]>::as_ptr);
+        // One register of results at element `i`, under `mask` (lanes outside it load zero):
+        // a macro, not a closure, which the compiler does not inline.
+        macro_rules! one {
+            ($i:expr, $mask:expr) => {{
+                let (i, mask): (usize, __mmask16) = ($i, $mask);
+                // SAFETY: the masked lanes lie below `n`, within every operand.
+                unsafe {
+                    let x = pre::<FA>(_mm512_maskz_loadu_ps(mask, pa.add(i)));
+                    let y = pre::<FB>(_mm512_maskz_loadu_ps(mask, pb.add(i)));
+                    let r = match op {
+                        Arith::Add => _mm512_add_ps(x, y),
+                        Arith::Sub => _mm512_sub_ps(x, y),
+                        Arith::Mul => _mm512_mul_ps(x, y),
+                        Arith::Div => _mm512_div_ps(x, y),
+                    };
+                    match pc {
+                        Some(pc) => _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, pc.add(i))),
+                        None => r,
+                    }
+                }
+            }};
+        }
+        let mut i = 0;
+        while i + 32 <= n {
+            let (u, v) = (one!(i, !0), one!(i + 16, !0));
+            // SAFETY: `i + 32 <= n`.
+            unsafe {
+                _mm512_storeu_ps(o.add(i), u);
+                _mm512_storeu_ps(o.add(i + 16), v);
+            }
+            i += 32;
+        }
+        while i < n {
+            let mask = tail_mask(i, n);
+            let v = one!(i, mask);
+            // SAFETY: the masked lanes lie within `out`.
+            unsafe { _mm512_mask_storeu_ps(o.add(i), mask, v) };
+            i += 16;
         }
     }
 
