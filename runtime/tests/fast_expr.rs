@@ -1047,7 +1047,8 @@ fn outputs_written_in_place_are_read_back_and_duplicated_correctly() {
 /// Iteration spaces of `STREAM_ELEMS` elements or more stream (the next block's source runs
 /// prefetched, outputs stored non-temporally): the results are still the per-element values,
 /// for a computed output, a duplicate of it, a plain read of an operand and a broadcast one,
-/// with one output buffer that starts off a 16-byte boundary.
+/// with one output buffer that starts off a 16-byte boundary; and for costly instructions, a
+/// unary one and a fused one, which run in pieces with prefetches between them.
 #[test]
 fn streamed_outputs_match_per_element_values() {
     use fxhlo_runtime::fast::expr::STREAM_ELEMS;
@@ -1061,8 +1062,12 @@ fn streamed_outputs_match_per_element_values() {
     let wv = b.leaf(slot(1, 0, vec![0, 1]));
     let p = b.bin(BinOp::Mul, xv, wv);
     let y = b.bin_c(BinOp::Add, p, 1.0);
-    let e = b.finish(&[y, xv, y, wv]);
-    let mut outs: Vec<Vec<f32>> = (0..4).map(|_| vec![f32::NAN; n + 1]).collect();
+    let g = b.un(UnOp::GeluErf, xv);
+    let s = b.un(UnOp::Sigmoid, xv);
+    let sw = b.bin(BinOp::Mul, s, wv);
+    let f = b.bin(BinOp::Add, sw, xv);
+    let e = b.finish(&[y, xv, y, wv, g, f]);
+    let mut outs: Vec<Vec<f32>> = (0..6).map(|_| vec![f32::NAN; n + 1]).collect();
     {
         // Output 2 starts one float past its buffer's start.
         let mut o: Vec<&mut [f32]> = outs
@@ -1078,5 +1083,12 @@ fn streamed_outputs_match_per_element_values() {
         assert_eq!(outs[1][i].to_bits(), x[i].to_bits(), "[{i}]");
         assert_eq!(outs[2][i + 1].to_bits(), want.to_bits(), "[{i}]");
         assert_eq!(outs[3][i].to_bits(), w[i % cols].to_bits(), "[{i}]");
+        assert_eq!(
+            outs[4][i].to_bits(),
+            math::gelu_erf(x[i]).to_bits(),
+            "[{i}]"
+        );
+        let f = math::sigmoid(x[i]) * w[i % cols] + x[i];
+        assert_eq!(outs[5][i].to_bits(), f.to_bits(), "[{i}]");
     }
 }

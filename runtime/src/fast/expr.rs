@@ -5,7 +5,8 @@
 //! keeps the flat order and lets reshapes that split a dimension stay affine). Its inputs are [`Leaf`] accesses: an operand slot read at
 //! `offset + Σ index[d] * strides[d]` (so permutes, slices, broadcasts and reshapes of the
 //! operand cost nothing), or an iota (`start + address * step`, for `arange`). The program is a
-//! list of [`Inst`]s over virtual registers, each register a block of [`BLOCK`] `f32` values:
+//! list of [`Inst`]s over virtual registers, each register a block of [`BLOCK`] `f32` values
+//! (half that in programs of many registers):
 //! every instruction runs as one tight loop over the block, so a chain of elementwise ops reads
 //! each input once and writes each output once, all in L1. Booleans (masks from comparisons)
 //! live in registers as `0.0` / `1.0`.
@@ -29,11 +30,18 @@ use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-/// Elements per register block.
-pub const BLOCK: usize = 512;
+/// Elements per register block, for programs of at most [`WIDE_REGS`] registers; larger
+/// programs use blocks of half this, so that their registers stay in L1. Blocks of 1024 made
+/// workload c (four registers) 1.05-1.15x faster than blocks of 512 in interleaved runs on a
+/// Zen 4 (the per-block work of the loop is spread over twice the elements), and 2048 was
+/// slower than 1024.
+pub const BLOCK: usize = 1024;
+/// The most registers a program may have to run in blocks of [`BLOCK`] elements (4 KiB each:
+/// 24 KiB of a 32 KiB L1).
+pub const WIDE_REGS: u32 = 6;
 /// Elements per parallel task of [`run_elementwise`] (a multiple of [`BLOCK`]; independent of
 /// the thread count).
-pub const TASK: usize = 16 * BLOCK;
+pub const TASK: usize = 8 * BLOCK;
 /// Iteration spaces of at least this many elements run by [`run_elementwise`] stream (see
 /// `Plan::stream`): their operands and results are far larger than any cache level a core
 /// shares with few others.
@@ -676,7 +684,23 @@ struct Plan {
     /// 1.1-1.4x faster without them); the others, `x * w + b` over rows and the math-heavy
     /// chains, leave memory idle during their math without them (1.1-1.2x slower).
     prefetch: bool,
+    /// With `prefetch`, when the program has costly instructions: per instruction, how many
+    /// pieces of costly instructions come after it. Each costly instruction then runs in
+    /// [`SPLIT`] pieces, and the source runs of the block [`AHEAD`] blocks on are prefetched a
+    /// few lines before each piece, spread over the math instead of issued between cheap
+    /// instructions in bursts (with the broadcast runs, which are in cache, left out: workload
+    /// c 9.19 -> 8.92 ms on 2 threads, 18.9 -> 17.7 on one; the cheap programs that prefetch
+    /// still do it a few lines per instruction, one block ahead). Empty otherwise.
+    pieces_after: Vec<usize>,
+    /// Elements per block: [`BLOCK`], or half that for a program of more than [`WIDE_REGS`]
+    /// registers.
+    block: usize,
 }
+
+/// Pieces a costly instruction of a streaming block runs in (see `Plan::pieces_after`).
+const SPLIT: usize = 4;
+/// How many blocks ahead a streaming block with costly instructions prefetches.
+const AHEAD: usize = 2;
 
 impl Plan {
     fn new(e: &Expr, stream: bool) -> Plan {
@@ -720,7 +744,17 @@ impl Plan {
             })
             .collect();
         let broadcast = strides.iter().any(|s| s.contains(&0));
-        let prefetch = stream && (broadcast || e.insts.iter().any(|i| i.op.costly()));
+        let costly = e.insts.iter().any(|i| i.op.costly());
+        let prefetch = stream && (broadcast || costly);
+        let mut pieces_after = vec![];
+        if prefetch && costly {
+            let mut acc = 0;
+            for i in e.insts.iter().rev() {
+                pieces_after.push(acc);
+                acc += if i.op.costly() { SPLIT } else { 0 };
+            }
+            pieces_after.reverse();
+        }
         Plan {
             dims,
             strides,
@@ -728,6 +762,12 @@ impl Plan {
             direct,
             stream,
             prefetch,
+            pieces_after,
+            block: if e.num_regs <= WIDE_REGS {
+                BLOCK
+            } else {
+                BLOCK / 2
+            },
         }
     }
 
@@ -1225,14 +1265,17 @@ impl Expr {
         let mut ahead = Ahead::new();
         let mut pos = start;
         while pos < end {
-            let n = (end - pos).min(BLOCK);
+            let n = (end - pos).min(plan.block);
             let off = pos - start;
             // Outputs written straight in this block (bit `k`).
             let mut written = 0u64;
             plan.unflatten(pos, idx);
             ahead.clear();
             for (i, (inst, &direct)) in self.insts.iter().zip(&plan.direct).enumerate() {
-                if plan.prefetch {
+                // Pieces with a prefetch step before each (see `Plan::pieces_after`), or one
+                // step per instruction.
+                let split = !plan.pieces_after.is_empty() && inst.op.costly();
+                if plan.prefetch && plan.pieces_after.is_empty() {
                     ahead.step();
                 }
                 let di = inst.dst as usize;
@@ -1243,8 +1286,16 @@ impl Expr {
                             (self.leaves[l].src, plan.offsets[l], &plan.strides[l]);
                         contiguous(src, off, st, &plan.dims, idx, srcs, n)
                             .inspect(|&v| {
-                                if plan.prefetch {
-                                    ahead.add(v.wrapping_add(n), n, self.insts.len() - i - 1);
+                                // A run with a broadcast dimension is re-read: it is in cache.
+                                if plan.prefetch && !st.contains(&0) {
+                                    match plan.pieces_after.get(i) {
+                                        Some(&k) => ahead.add(v.wrapping_add(AHEAD * n), n, k),
+                                        None => ahead.add(
+                                            v.wrapping_add(n),
+                                            n,
+                                            self.insts.len() - i - 1,
+                                        ),
+                                    }
                                 }
                             })
                             .map(Reg::View)
@@ -1298,6 +1349,21 @@ impl Expr {
                     },
                     InstOp::Bin(op, a, b) => run_bin(op, dst, r(a), r(b)),
                     InstOp::Const(c) => dst.fill(c),
+                    InstOp::Un(op, a) if split => {
+                        let a = r(a);
+                        for q in pieces(n) {
+                            ahead.step();
+                            run_un(op, &mut dst[q.clone()], &a[q]);
+                        }
+                    }
+                    InstOp::Fused(f) if split => {
+                        let (a, b, c) = (r(f.a), r(f.b), f.add.map(r));
+                        for q in pieces(n) {
+                            ahead.step();
+                            let c = c.map(|c| &c[q.clone()]);
+                            run_fused(&f, &mut dst[q.clone()], &a[q.clone()], &b[q], c);
+                        }
+                    }
                     InstOp::Un(op, a) => run_un(op, dst, r(a)),
                     InstOp::BinC(op, a, c) => run_bin_c(op, dst, r(a), c),
                     InstOp::CBin(op, c, a) => run_c_bin(op, dst, c, r(a)),
@@ -1323,6 +1389,10 @@ impl Expr {
                     (None, None) => {}
                 }
             }
+            if plan.prefetch {
+                // Lines of runs found after the last costly piece.
+                ahead.finish();
+            }
             for (k, (o, &r)) in outs.iter_mut().zip(&self.outputs).enumerate() {
                 if k < 64 && written & (1 << k) != 0 {
                     continue;
@@ -1339,9 +1409,15 @@ impl Expr {
     }
 }
 
-/// The source runs of the next block whose cache lines a streaming block loop prefetches, a
-/// few lines per instruction (see `Plan::stream`); runs past the fourth are left to the
-/// hardware prefetcher.
+/// The [`SPLIT`] pieces of a block of `n` elements (whole registers of 16 but the last).
+fn pieces(n: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let per = n.div_ceil(SPLIT).next_multiple_of(16);
+    (0..SPLIT).map(move |k| (k * per).min(n)..((k + 1) * per).min(n))
+}
+
+/// The source runs of a later block whose cache lines a streaming block loop prefetches, a
+/// few lines per instruction or per piece of a costly one (see `Plan::prefetch`); runs past
+/// the fourth are left to the hardware prefetcher.
 struct Ahead {
     runs: [simd::Spread; 4],
     len: usize,
@@ -1375,6 +1451,14 @@ impl Ahead {
     fn step(&mut self) {
         for r in &mut self.runs[..self.len] {
             r.step();
+        }
+    }
+
+    /// Prefetches every line not prefetched yet.
+    #[inline(always)]
+    fn finish(&mut self) {
+        for r in &mut self.runs[..self.len] {
+            r.finish();
         }
     }
 }

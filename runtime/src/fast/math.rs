@@ -59,7 +59,7 @@ fn pow2i(n: i32) -> f32 {
     f32::from_bits((n.wrapping_add(127) as u32) << 23)
 }
 
-/// `e^x`. Cody-Waite reduction `x = n ln2 + r`, `|r| ≤ ln2/2`, the polynomial of [`exp_poly`],
+/// `e^x`. Cody-Waite reduction `x = n ln2 + r`, `|r| ≤ ln2/2`, the polynomial of `exp_poly`,
 /// and a two-step scale so that denormal results and overflow to `inf` come out right.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
@@ -293,7 +293,7 @@ pub fn erf(x: f32) -> f32 {
 /// GELU with the exact `erf`: `0.5 x (1 + erf(x/√2))`, computed as `0.5 x + |x| F(|x|)` with
 /// `F(a) = erf(a/√2) / 2` (`x erf(x/√2)` is even), so no `erf`, `exp` or division is evaluated:
 /// `F` is a degree-5 polynomial on each of 16 intervals of width 1/2 centred on `k/2`
-/// ([`GELU_F`], fitted for the smallest absolute error; `k` is `2a` rounded, the argument is
+/// (`GELU_F`, fitted for the smallest absolute error; `k` is `2a` rounded, the argument is
 /// `a - k/2`), whose coefficients the AVX-512 form picks with one register permute each.
 /// `|x|` is clamped to 7.5 in `F` only (where `F` is 1/2 in `f32`), so `inf` gives `inf`,
 /// `-inf` gives NaN (`inf/2 - inf`, as PyTorch's `0.5 * -inf * (1 + erf(-inf))`) and NaN gives
