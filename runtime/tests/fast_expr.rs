@@ -5,7 +5,7 @@
 
 use fxhlo_runtime::fast::expr::{
     apply_bin, apply_un, run_elementwise, BinOp, Expr, ExprBuilder, InstOp, Leaf, LeafKind,
-    LeafSrc, UnOp,
+    LeafSrc, UnOp, Val,
 };
 use fxhlo_runtime::fast::math;
 use fxhlo_runtime::fast::reduce::{run_row_reduce, ReduceOp, RowOut, RowReduce, RowStage};
@@ -326,6 +326,16 @@ fn block_uniform_values_give_the_same_bits() {
     );
 }
 
+/// The elementwise workload's chain, `gelu(x * w + b) * sigmoid(x) + x`.
+fn gelu_chain(b: &mut ExprBuilder, x: Val, w: Val, bias: Val) -> Val {
+    let t = b.bin(BinOp::Mul, x, w);
+    let t = b.bin(BinOp::Add, t, bias);
+    let g = b.un(UnOp::GeluErf, t);
+    let s = b.un(UnOp::Sigmoid, x);
+    let p = b.bin(BinOp::Mul, g, s);
+    b.bin(BinOp::Add, p, x)
+}
+
 /// Chains whose intermediate values have no other use become fused instructions (the
 /// elementwise workload `gelu(x * w + b) * sigmoid(x) + x` is two), values used twice or
 /// returned stay as they are, and every output has the bits of its ops one at a time, through
@@ -343,13 +353,7 @@ fn fused_chains_give_the_bits_of_their_steps() {
     let yv = b.leaf(slot(1, 0, vec![len as i64, 1]));
     let wv = b.leaf(slot(2, 0, vec![0, 1]));
     let mv = b.leaf(slot(3, 0, vec![1, 0]));
-    // The elementwise workload.
-    let xw = b.bin(BinOp::Mul, xv, wv);
-    let t = b.bin(BinOp::Add, xw, yv);
-    let g = b.un(UnOp::GeluErf, t);
-    let s = b.un(UnOp::Sigmoid, xv);
-    let gs = b.bin(BinOp::Mul, g, s);
-    let o0 = b.bin(BinOp::Add, gs, xv);
+    let o0 = gelu_chain(&mut b, xv, wv, yv);
     // A product on the right of the sum; a quotient of two unary ops.
     let ym = b.bin(BinOp::Mul, yv, mv);
     let o1 = b.bin(BinOp::Add, xv, ym);
@@ -555,12 +559,7 @@ fn throughput_gelu_chain() {
     let xv = b.leaf(slot(0, 0, vec![n as i64, 1]));
     let wv = b.leaf(slot(1, 0, vec![0, 1]));
     let bv = b.leaf(slot(2, 0, vec![0, 1]));
-    let t = b.bin(BinOp::Mul, xv, wv);
-    let t = b.bin(BinOp::Add, t, bv);
-    let g = b.un(UnOp::GeluErf, t);
-    let s = b.un(UnOp::Sigmoid, xv);
-    let p = b.bin(BinOp::Mul, g, s);
-    let o = b.bin(BinOp::Add, p, xv);
+    let o = gelu_chain(&mut b, xv, wv, bv);
     let e = b.finish(&[o]);
     let srcs = [Src::F32(&x), Src::F32(&w), Src::F32(&bias)];
     e.validate(&srcs).unwrap();
