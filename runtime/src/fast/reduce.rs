@@ -603,6 +603,9 @@ super::simd::multiversion! {
     ) => run_block_body
 }
 
+/// Rows of a buffer: the elements and the elements per row.
+type Rows<'a> = (&'a [f32], usize);
+
 /// A stage's sources and their shifts (see [`stage_srcs`]), inline for the usual counts.
 type StageSrcs<'b> = (SmallVec<[Src<'b>; 8]>, SmallVec<[i64; 8]>);
 
@@ -641,6 +644,17 @@ fn run_block_body(
     outs: &mut [Option<Chunk<'_>>],
 ) {
     let (nb, ns) = (r1 - r0, srcs.len());
+    // With `stream`: the first stage's input rows of the next block, when they are an
+    // operand read in place; the last stage prefetches them (see `reduce_rows`).
+    let next_rows = k.stages.first().filter(|_| stream).and_then(|st| {
+        let (slot, off) = st.prologue.as_contiguous_load()?;
+        let Some(Src::F32(v)) = srcs.get(slot as usize) else {
+            return None;
+        };
+        let s0 = off.checked_add(r1.checked_mul(st.len)?)?;
+        let s1 = off.checked_add((r1 + nb).checked_mul(st.len)?)?;
+        Some((v.get(s0..s1.min(v.len()))?, st.len))
+    });
     let mut scratch = ROWS.with(|c| std::mem::take(&mut *c.borrow_mut()));
     let last = k.stages.len() - 1;
     // Scratch outputs of the stages so far.
@@ -743,7 +757,7 @@ fn run_block_body(
             xin,
             res0,
             (sr1, sr2),
-            streamed.then_some(rows),
+            streamed.then_some((rows, next_rows.filter(|_| s == last && s > 0))),
             maxima,
         );
         if find_max {
@@ -849,7 +863,11 @@ fn run_block_body(
 /// With `stream` (a softmax whose `res0` is an output far larger than the caches), each row is
 /// computed in one of those two L1 buffers and written to `res0` once, with non-temporal stores
 /// made during the next row's exp loop: written in place, the stores of the fast exp loop miss
-/// in a burst and stall the core on them.
+/// in a burst and stall the core on them. A streamed softmax that is the last stage of several
+/// also gets the first stage's input rows of the next block (when read in place), and
+/// prefetches row `r` of them during its row `r`'s exp loop: that block's first stage (a layer
+/// norm) then reads its rows from L2 instead of stalling on memory with only the math
+/// of one row to hide it, and the reads of memory overlap this stage's writes.
 ///
 /// `maxes`: for a softmax, the maxima of the rows `x` when known (no pass to find them); for
 /// a layer norm, where to push the maxima of its result rows, found in the pass that writes
@@ -863,12 +881,24 @@ fn reduce_rows(
     x: &[f32],
     res0: &mut [f32],
     (res1, res2): (&mut LineVec<f32>, &mut LineVec<f32>),
-    mut stream: Option<&mut [LineVec<f32>; 2]>,
+    stream: Option<(&mut [LineVec<f32>; 2], Option<Rows<'_>>)>,
     (known, mut found): (Option<&[f32]>, Option<&mut Vec<f32>>),
 ) {
+    let (mut stream, next_block) = match stream {
+        Some((bufs, next)) => (Some(bufs), next),
+        None => (None, None),
+    };
     if let Some(t) = stream.as_deref_mut() {
         t.iter_mut().for_each(|t| t.resize(st.len, 0.0));
     }
+    // Row `r` of the next block's input, spread over the calls of the exp loop's tick (one
+    // per 64 elements).
+    let next_block_row = |r: usize| -> Spread {
+        let row =
+            next_block.and_then(|(v, n)| v.get((r * n).min(v.len())..((r + 1) * n).min(v.len())));
+        let row = row.unwrap_or(&[]);
+        Spread::new(row.as_ptr(), row.len(), (st.len / 64).max(1))
+    };
     // A streamed softmax row whose scaled copy is still to be written, from `stream[1]`:
     // (row, 1/sum).
     let mut pending: Option<(usize, f32)> = None;
@@ -928,11 +958,14 @@ fn reduce_rows(
                         let mut w = pending.take().map(|(pr, k)| {
                             ScaleNt::new(&mut before[pr * len..(pr + 1) * len], prev, k)
                         });
+                        let mut pre = next_block_row(r);
                         let s = exp_sub_sum(x, m, t, || {
                             if let Some(w) = w.as_mut() {
                                 w.lines(4);
                             }
+                            pre.step();
                         });
+                        pre.finish();
                         if let Some(w) = w {
                             w.finish();
                         }
