@@ -672,8 +672,8 @@ struct Plan {
     /// not copied there from a register afterwards. All `None` when streaming.
     direct: Vec<Option<usize>>,
     /// Streaming: the lines of each contiguous source run of the next block are prefetched a
-    /// few at a time between the instructions of this block (see `prefetch`) (a burst of them would stall on
-    /// the core's miss buffers), and outputs are copied out of their registers with
+    /// few at a time between the instructions of this block (a burst of them would stall on
+    /// the core's miss buffers; see `prefetch` for which programs and how), and outputs are copied out of their registers with
     /// non-temporal stores (their lines are not read from memory first, which stalls the
     /// stores behind them). Each block's loads and stores then overlap the math of its
     /// neighbours instead of waiting between them.
