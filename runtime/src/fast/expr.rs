@@ -249,7 +249,7 @@ pub struct Fused {
 
 impl Fused {
     /// The unary ops [`ExprBuilder::finish`] folds into an operand.
-    pub const FAST_UN: [UnOp; 3] = [UnOp::Exp, UnOp::Sigmoid, UnOp::GeluErf];
+    pub const FAST_UN: [UnOp; 4] = [UnOp::Exp, UnOp::Sigmoid, UnOp::GeluErf, UnOp::Silu];
     /// The binary ops that can be fused.
     pub const FAST_BIN: [BinOp; 4] = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div];
 
@@ -521,6 +521,7 @@ fn run_un(op: UnOp, d: &mut [f32], a: &[f32]) {
         UnOp::Exp => Some(vmath::Fast::Exp),
         UnOp::Sigmoid => Some(vmath::Fast::Sigmoid),
         UnOp::GeluErf => Some(vmath::Fast::GeluErf),
+        UnOp::Silu => Some(vmath::Fast::Silu),
         _ => None,
     };
     if let Some(f) = fast {
@@ -594,6 +595,7 @@ fn run_fused(f: &Fused, d: &mut [f32], a: &[f32], b: &[f32], c: Option<&[f32]>) 
         Some(UnOp::Exp) => Some(Some(vmath::Fast::Exp)),
         Some(UnOp::Sigmoid) => Some(Some(vmath::Fast::Sigmoid)),
         Some(UnOp::GeluErf) => Some(Some(vmath::Fast::GeluErf)),
+        Some(UnOp::Silu) => Some(Some(vmath::Fast::Silu)),
         Some(_) => None,
     };
     let arith = match f.op {
@@ -2103,6 +2105,7 @@ mod tests {
             Some(UnOp::Exp),
             Some(UnOp::Sigmoid),
             Some(UnOp::GeluErf),
+            Some(UnOp::Silu),
         ];
         for op in Fused::FAST_BIN {
             for pa in pres {

@@ -180,9 +180,10 @@ pub fn exp_sub_sum(x: &[f32], m: f32, out: &mut [f32], tick: impl FnMut()) -> f6
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use avx512::{exp, gelu_erf, sigmoid};
+pub use avx512::{exp, gelu_erf, sigmoid, silu};
 
-/// `out[i] = math::exp(x[i])`, `math::sigmoid` or `math::gelu_erf` (the same bits), in the
+/// `out[i] = math::exp(x[i])`, `math::sigmoid`, `math::gelu_erf` or `math::silu` (the same
+/// bits), in the
 /// AVX-512 forms: `None` (nothing done) for another function or on a CPU without AVX-512.
 pub fn map_fast(f: Fast, out: &mut [f32], x: &[f32]) -> Option<()> {
     #[cfg(target_arch = "x86_64")]
@@ -193,6 +194,7 @@ pub fn map_fast(f: Fast, out: &mut [f32], x: &[f32]) -> Option<()> {
                 Fast::Exp => avx512::map(out, x, |v| exp(v)),
                 Fast::Sigmoid => avx512::map(out, x, |v| sigmoid(v)),
                 Fast::GeluErf => avx512::map(out, x, |v| gelu_erf(v)),
+                Fast::Silu => avx512::map(out, x, |v| silu(v)),
             }
         }
         return Some(());
@@ -245,6 +247,8 @@ pub enum Fast {
     Sigmoid,
     /// `math::gelu_erf`.
     GeluErf,
+    /// `math::silu`.
+    Silu,
 }
 
 /// The AVX-512 forms.
@@ -328,6 +332,17 @@ mod avx512 {
         _mm512_mask_mov_ps(s, neg, _mm512_mul_ps(e, s))
     }
 
+    /// `math::silu` on 16 lanes, bitwise: `x * sigmoid(x)`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub unsafe fn silu(x: __m512) -> __m512 {
+        // SAFETY: the caller has AVX-512F.
+        _mm512_mul_ps(x, unsafe { sigmoid(x) })
+    }
+
     /// `math::gelu_erf` on 16 lanes, bitwise (NaN in, NaN out), operation for operation: the
     /// interval index `k` is the low four bits of `t`, which `vpermps` reads as its lane
     /// index, so each coefficient of `F` is one permute of a register of 16.
@@ -404,6 +419,7 @@ mod avx512 {
             Some(Fast::Exp) => 1,
             Some(Fast::Sigmoid) => 2,
             Some(Fast::GeluErf) => 3,
+            Some(Fast::Silu) => 4,
         }
     }
 
@@ -418,12 +434,14 @@ mod avx512 {
                 1 => exp(x),
                 2 => sigmoid(x),
                 3 => gelu_erf(x),
+                4 => silu(x),
                 _ => x,
             }
         }
     }
 
-    /// [`super::fused`]: one instance per pair of functions.
+    /// [`super::fused`]: one instance per pair of functions, picked by `fa` here and by `fb`
+    /// in [`fused_a`].
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn fused(
         out: &mut [f32],
@@ -432,33 +450,38 @@ mod avx512 {
         (b, fb): (&[f32], Option<super::Fast>),
         c: Option<&[f32]>,
     ) {
-        macro_rules! pick {
-            ($(($x:literal, $y:literal)),*) => {
-                match (code(fa), code(fb)) {
-                    // SAFETY: the caller has AVX-512F.
-                    $(($x, $y) => unsafe { fused_k::<$x, $y>(out, a, op, b, c) },)*
-                    _ => unreachable!("codes are below 4"),
-                }
-            };
+        let fb = code(fb);
+        // SAFETY (each): the caller has AVX-512F.
+        unsafe {
+            match code(fa) {
+                0 => fused_a::<0>(out, a, op, (b, fb), c),
+                1 => fused_a::<1>(out, a, op, (b, fb), c),
+                2 => fused_a::<2>(out, a, op, (b, fb), c),
+                3 => fused_a::<3>(out, a, op, (b, fb), c),
+                _ => fused_a::<4>(out, a, op, (b, fb), c),
+            }
         }
-        pick!(
-            (0, 0),
-            (0, 1),
-            (0, 2),
-            (0, 3),
-            (1, 0),
-            (1, 1),
-            (1, 2),
-            (1, 3),
-            (2, 0),
-            (2, 1),
-            (2, 2),
-            (2, 3),
-            (3, 0),
-            (3, 1),
-            (3, 2),
-            (3, 3)
-        )
+    }
+
+    /// [`fused`] with the function of code `FA` on `a`, picking the instance for `fb`'s code.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn fused_a<const FA: u8>(
+        out: &mut [f32],
+        a: &[f32],
+        op: super::Arith,
+        (b, fb): (&[f32], u8),
+        c: Option<&[f32]>,
+    ) {
+        // SAFETY (each): the caller has AVX-512F.
+        unsafe {
+            match fb {
+                0 => fused_k::<FA, 0>(out, a, op, b, c),
+                1 => fused_k::<FA, 1>(out, a, op, b, c),
+                2 => fused_k::<FA, 2>(out, a, op, b, c),
+                3 => fused_k::<FA, 3>(out, a, op, b, c),
+                _ => fused_k::<FA, 4>(out, a, op, b, c),
+            }
+        }
     }
 
     /// [`super::fused`] with functions of codes `FA`, `FB`: two registers at a time (the
@@ -862,10 +885,11 @@ mod tests {
             f32::MIN_POSITIVE,
         ]);
         type Scalar = fn(f32) -> f32;
-        let cases: [(Fast, Scalar); 3] = [
+        let cases: [(Fast, Scalar); 4] = [
             (Fast::Exp, math::exp),
             (Fast::Sigmoid, math::sigmoid),
             (Fast::GeluErf, math::gelu_erf),
+            (Fast::Silu, math::silu),
         ];
         for (f, scalar) in cases {
             for len in [xs.len(), 7] {
