@@ -229,8 +229,8 @@ pub enum InstOp {
 /// (`gelu(t) * sigmoid(x)`) and of a product added to something (`x * w + b`), when the
 /// intermediate values have no other use. One pass over the block instead of up to four,
 /// each storing its block to L1 and the next loading it back: on AVX-512 it is one loop with
-/// the intermediate values in registers (`vmath::fused`, for [`Fused::FAST_UN`] and
-/// [`Fused::FAST_BIN`]); elsewhere, and for other ops, it runs as the steps.
+/// the intermediate values in registers (`vmath::fused`, for the ops of [`UnOp::fast`] and
+/// [`BinOp::arith`]); elsewhere, and for other ops, it runs as the steps.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fused {
     /// The binary op.
@@ -248,11 +248,6 @@ pub struct Fused {
 }
 
 impl Fused {
-    /// The unary ops [`ExprBuilder::finish`] folds into an operand.
-    pub const FAST_UN: [UnOp; 4] = [UnOp::Exp, UnOp::Sigmoid, UnOp::GeluErf, UnOp::Silu];
-    /// The binary ops that can be fused.
-    pub const FAST_BIN: [BinOp; 4] = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div];
-
     /// The value at one element, from the values of its registers there.
     #[inline(always)]
     fn apply(&self, x: f32, y: f32, z: Option<f32>) -> f32 {
@@ -310,6 +305,19 @@ mod json_f32 {
 }
 
 impl UnOp {
+    /// The op's hand-written AVX-512 form (`vmath`, the same bits), if it has one: the
+    /// engine's loop for it, and the unary ops [`ExprBuilder::finish`] folds into [`Fused`]
+    /// operands.
+    pub fn fast(self) -> Option<vmath::Fast> {
+        match self {
+            UnOp::Exp => Some(vmath::Fast::Exp),
+            UnOp::Sigmoid => Some(vmath::Fast::Sigmoid),
+            UnOp::GeluErf => Some(vmath::Fast::GeluErf),
+            UnOp::Silu => Some(vmath::Fast::Silu),
+            _ => None,
+        }
+    }
+
     /// Whether the op costs much more than a load and a store per element (a polynomial, a
     /// division or a square root).
     fn costly(self) -> bool {
@@ -329,6 +337,20 @@ impl UnOp {
                 | ToBool
                 | Square
         )
+    }
+}
+
+impl BinOp {
+    /// The op as the arithmetic of `vmath::fused`, if it is one: the binary ops of [`Fused`]
+    /// instructions.
+    pub fn arith(self) -> Option<vmath::Arith> {
+        match self {
+            BinOp::Add => Some(vmath::Arith::Add),
+            BinOp::Sub => Some(vmath::Arith::Sub),
+            BinOp::Mul => Some(vmath::Arith::Mul),
+            BinOp::Div => Some(vmath::Arith::Div),
+            _ => None,
+        }
     }
 }
 
@@ -517,14 +539,7 @@ macro_rules! map2 {
 #[inline(always)]
 fn run_un(op: UnOp, d: &mut [f32], a: &[f32]) {
     // The hottest transcendental ops in hand-written AVX-512 (the same bits).
-    let fast = match op {
-        UnOp::Exp => Some(vmath::Fast::Exp),
-        UnOp::Sigmoid => Some(vmath::Fast::Sigmoid),
-        UnOp::GeluErf => Some(vmath::Fast::GeluErf),
-        UnOp::Silu => Some(vmath::Fast::Silu),
-        _ => None,
-    };
-    if let Some(f) = fast {
+    if let Some(f) = op.fast() {
         if vmath::map_fast(f, d, a).is_some() {
             return;
         }
@@ -590,22 +605,9 @@ fn run_powi(d: &mut [f32], a: &[f32], n: i32) {
 /// has, else the steps one loop each (the same bits either way).
 #[inline(always)]
 fn run_fused(f: &Fused, d: &mut [f32], a: &[f32], b: &[f32], c: Option<&[f32]>) {
-    let fast = |u: Option<UnOp>| match u {
-        None => Some(None),
-        Some(UnOp::Exp) => Some(Some(vmath::Fast::Exp)),
-        Some(UnOp::Sigmoid) => Some(Some(vmath::Fast::Sigmoid)),
-        Some(UnOp::GeluErf) => Some(Some(vmath::Fast::GeluErf)),
-        Some(UnOp::Silu) => Some(Some(vmath::Fast::Silu)),
-        Some(_) => None,
-    };
-    let arith = match f.op {
-        BinOp::Add => Some(vmath::Arith::Add),
-        BinOp::Sub => Some(vmath::Arith::Sub),
-        BinOp::Mul => Some(vmath::Arith::Mul),
-        BinOp::Div => Some(vmath::Arith::Div),
-        _ => None,
-    };
-    if let (Some(fa), Some(op), Some(fb)) = (fast(f.pa), arith, fast(f.pb)) {
+    // `Some(None)` for no unary op, `None` for one without a hand-written form.
+    let fast = |u: Option<UnOp>| u.map_or(Some(None), |u| u.fast().map(Some));
+    if let (Some(fa), Some(op), Some(fb)) = (fast(f.pa), f.op.arith(), fast(f.pb)) {
         if vmath::fused(d, (a, fa), op, (b, fb), c).is_some() {
             return;
         }
@@ -1900,7 +1902,7 @@ impl ExprBuilder {
 
     /// Rewrites chains of elementwise ops whose intermediate values have no other use as
     /// [`Fused`] instructions (the values they no longer read die): a binary op of
-    /// [`Fused::FAST_BIN`] takes in its operands' unary ops of [`Fused::FAST_UN`], and an `add`
+    /// [`BinOp::arith`] takes in its operands' unary ops of [`UnOp::fast`], and an `add`
     /// takes in a product (plain or fused) on either side as `p + c`.
     fn fuse(ops: &mut [InstOp], outputs: &[Val]) {
         let live = Self::live(ops, outputs);
@@ -1917,14 +1919,12 @@ impl ExprBuilder {
             let InstOp::Bin(op, a, b) = ops[v] else {
                 continue;
             };
-            if !live[v] || !Fused::FAST_BIN.contains(&op) {
+            if !live[v] || op.arith().is_none() {
                 continue;
             }
             // An operand's own unary op, when this is its only use.
             let pre = |x: Val| match ops[x as usize] {
-                InstOp::Un(u, y) if uses[x as usize] == 1 && Fused::FAST_UN.contains(&u) => {
-                    (y, Some(u))
-                }
+                InstOp::Un(u, y) if uses[x as usize] == 1 && u.fast().is_some() => (y, Some(u)),
                 _ => (x, None),
             };
             // A product (plain or fused, with nothing added yet) used only here.
@@ -2107,7 +2107,7 @@ mod tests {
             Some(UnOp::GeluErf),
             Some(UnOp::Silu),
         ];
-        for op in Fused::FAST_BIN {
+        for op in [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div] {
             for pa in pres {
                 for pb in pres {
                     for add in [None, Some(2)] {
