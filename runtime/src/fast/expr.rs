@@ -1275,6 +1275,12 @@ impl Expr {
             let mut written = 0u64;
             plan.unflatten(pos, idx);
             ahead.clear();
+            if plan.stream {
+                // The outputs' pages a few pages on (see `simd::warm_page`).
+                for o in outs.iter() {
+                    simd::warm_page(o.as_ptr().wrapping_add(off + simd::WARM_FLOATS));
+                }
+            }
             for (i, (inst, &direct)) in self.insts.iter().zip(&plan.direct).enumerate() {
                 // Pieces with a prefetch step before each (see `Plan::pieces_after`), or one
                 // step per instruction.
@@ -1291,6 +1297,9 @@ impl Expr {
                         contiguous(src, off, st, &plan.dims, idx, srcs, n)
                             .inspect(|&v| {
                                 // A run with a broadcast dimension is re-read: it is in cache.
+                                if plan.stream && !st.contains(&0) {
+                                    simd::warm_page(v.wrapping_add(simd::WARM_FLOATS));
+                                }
                                 if plan.prefetch && !st.contains(&0) {
                                     match plan.pieces_after.get(i) {
                                         Some(&k) => ahead.add(v.wrapping_add(AHEAD * n), n, k),

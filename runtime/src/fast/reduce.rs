@@ -19,10 +19,8 @@
 
 use super::expr::{run_elementwise, Expr, LeafSrc, STREAM_ELEMS};
 use super::memory::LineVec;
-use super::simd::{ScaleNt, Spread};
-use super::vmath::{
-    corrected_moments, exp_sub_sum, normalize, normalize_max, row_dev_sums, row_sum, tree,
-};
+use super::simd::{warm_page, ScaleNt, Spread};
+use super::vmath::{exp_sub_sum, normalize, normalize_max, row_dev_sums, row_moments, tree};
 use super::{Dst, Src};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -904,12 +902,19 @@ fn reduce_rows(
     let mut pending: Option<(usize, f32)> = None;
     let len = st.len;
     let lf = len as f64;
+    // The passes over a row before the last: layer norm's moments and its output row; three
+    // for the others (at most).
+    let passes = if matches!(st.op, ReduceOp::LayerNorm { .. }) {
+        2
+    } else {
+        3
+    };
     for r in 0..rows {
-        // The next row, from memory while this one is computed in cache: a third of its lines
+        // The next row, from memory while this one is computed in cache: a share of its lines
         // before each of this row's passes (ops of one pass ask for all of them at once); a
         // burst of a whole row's prefetches stalls on the core's miss buffers.
         let next = x.get((r + 1) * len..(r + 2) * len).unwrap_or(&[]);
-        let mut ahead = Spread::new(next.as_ptr(), next.len(), 3);
+        let mut ahead = Spread::new(next.as_ptr(), next.len(), passes);
         let x = &x[r * len..(r + 1) * len];
         ahead.step();
         match st.op {
@@ -959,6 +964,12 @@ fn reduce_rows(
                             ScaleNt::new(&mut before[pr * len..(pr + 1) * len], prev, k)
                         });
                         let mut pre = next_block_row(r);
+                        // The pages of the row written `WARM_ROWS` rows on (its first and
+                        // last line: a row may straddle two), so that its non-temporal stores
+                        // find their address translations (see `simd::warm_page`).
+                        let on = out.as_ptr().wrapping_add(WARM_ROWS * len);
+                        warm_page(on);
+                        warm_page(on.wrapping_add(len.max(16) - 16));
                         let s = exp_sub_sum(x, m, t, || {
                             if let Some(w) = w.as_mut() {
                                 w.lines(4);
@@ -1000,18 +1011,13 @@ fn reduce_rows(
                 }
             }
             ReduceOp::LayerNorm { eps } => {
-                // The corrected two-pass moments: a first mean from `f32` lane sums, then the
-                // sums of the deviations from it, which correct it (to within the rounding of
-                // the deviations: well below `1e-6` of the row's spread) and give the variance
-                // without cancellation.
-                let m1 = (row_sum(x) / lf) as f32;
-                ahead.step();
-                let sums = row_dev_sums(x, m1);
+                // The corrected moments, in one pass where the row allows (see `row_moments`).
+                let mom = row_moments(x);
                 ahead.step();
                 // An infinity or NaN in the row, or `f32` lane sums that overflowed (values
                 // beyond about 2e37): the `f64` mean and the squared deviations from it, whose
                 // infinities and NaN are the op's.
-                let (m, var) = corrected_moments(m1, sums, lf).unwrap_or_else(|| {
+                let (m, var) = mom.unwrap_or_else(|| {
                     let m = sum_f64(x) / lf;
                     (m, row_dev_sums(x, m as f32).1 / lf)
                 });
@@ -1034,6 +1040,10 @@ fn reduce_rows(
         ScaleNt::new(&mut res0[pr * len..(pr + 1) * len], &bufs[1], k).finish();
     }
 }
+
+/// How many rows ahead a streamed softmax warms the pages of its output (see
+/// `simd::warm_page`): 1.07x faster on workload d (8192 rows of 1024) on a Zen 4 under KVM.
+const WARM_ROWS: usize = 4;
 
 /// Per-thread buffers of a row block: input rows, one streamed softmax row, results 0, 1 and 2
 /// of the current stage, and the outputs of the earlier stages (cache-line aligned).

@@ -174,8 +174,9 @@ pub(crate) fn copy_nt(dst: &mut [f32], src: &[f32]) {
 }
 
 /// `dst.copy_from_slice(src)` split into 1 MiB pieces over the current rayon pool, each piece
-/// with the non-temporal stores of `copy_nt` and a fence: the fastest copy this runtime
-/// knows (see `exec::time_stream_copy`).
+/// a page at a time with the non-temporal stores of `copy_nt`, the pages [`WARM_FLOATS`] on
+/// warmed ([`warm_page`]), and a fence: the fastest copy this runtime knows (see
+/// `exec::time_stream_copy`).
 pub fn copy_streaming(dst: &mut [f32], src: &[f32]) {
     use rayon::prelude::*;
     const PIECE: usize = 1 << 18;
@@ -184,7 +185,11 @@ pub fn copy_streaming(dst: &mut [f32], src: &[f32]) {
         .par_chunks_mut(PIECE)
         .zip(src[..n].par_chunks(PIECE))
         .for_each(|(d, s)| {
-            copy_nt(d, s);
+            for (d, s) in d.chunks_mut(PAGE_FLOATS).zip(s.chunks(PAGE_FLOATS)) {
+                warm_page(d.as_ptr().wrapping_add(WARM_FLOATS));
+                warm_page(s.as_ptr().wrapping_add(WARM_FLOATS));
+                copy_nt(d, s);
+            }
             stream_fence();
         });
 }
@@ -356,6 +361,24 @@ unsafe fn map_nt512(
     // whole lines, inside both slices.
     let i = unsafe { lines512(dst, src, 0, n / 16 + 1, &f) };
     unsafe { part512(dst, src, i, n - i, &f) };
+}
+
+/// Floats in a 4 KiB page.
+const PAGE_FLOATS: usize = 1024;
+/// How far ahead of a stream its pages are warmed ([`warm_page`]): four 4 KiB pages.
+pub(crate) const WARM_FLOATS: usize = 4 * PAGE_FLOATS;
+
+/// Prefetches the line at `p` (any address: a prefetch never faults), so that the address
+/// translation of its page is found (a page-table walk, under a hypervisor a two-level one) a
+/// few pages before a streaming loop reaches it. A stream of 4 KiB pages otherwise stalls on
+/// one walk per page: its non-temporal stores and the first loads of each page wait on them,
+/// and the hardware prefetcher stops at each page's end. Measured on a 2-core Zen 4 under
+/// KVM: a 32 MiB streaming copy 1.3x faster, workloads c and d (the elementwise chain, and
+/// layer norm then softmax) about 1.07x. Transparent huge pages make walks rare, but the
+/// buffers a runtime is given are usually not on them.
+#[inline(always)]
+pub(crate) fn warm_page(p: *const f32) {
+    prefetch(p, 1);
 }
 
 /// Orders the non-temporal stores of [`copy_nt`] before the stores that follow.

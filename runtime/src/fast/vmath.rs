@@ -10,7 +10,7 @@
 //! addition per 16 elements does the work of the `f64` conversions and additions that a sum
 //! all in `f64` would need, and the order is fixed: the same bits for any thread count and in
 //! every compiled copy. Layer norm's sums that cancel (the row and its deviations) come out
-//! exact enough as the corrected two-pass moments (see [`row_dev_sums`]).
+//! exact enough as corrected moments (see [`row_dev_sums`] and [`row_moments`]).
 //!
 //! **`exp`**: the portable functions of [`super::math`] are scalar code that the compiler
 //! vectorizes; for `exp` it cannot see that the final scaling by `2^n` (eight integer and float
@@ -103,6 +103,27 @@ pub fn row_dev_sums(x: &[f32], m: f32) -> (f64, f64) {
 pub fn corrected_moments(m1: f32, (sd, sq): (f64, f64), n: f64) -> Option<(f64, f64)> {
     (m1.is_finite() && sd.is_finite() && sq.is_finite())
         .then(|| (m1 as f64 + sd / n, ((sq - sd * sd / n) / n).max(0.0)))
+}
+
+/// Layer norm's mean and variance of a row (`n` its length), in one pass where the row allows:
+/// the deviations are taken from a shift, the mean of the row's first 16 values, and
+/// [`corrected_moments`] makes the mean and variance of their sums. Where the mean found is
+/// further than the row's spread from that shift (the deviations' squares would then be
+/// large against the variance and their rounding would show), a second pass takes the
+/// deviations from that mean instead, as the corrected two-pass moments do. `None` as
+/// [`corrected_moments`] gives it (an infinity or NaN in the row).
+#[inline(always)]
+pub fn row_moments(x: &[f32]) -> Option<(f64, f64)> {
+    let n = x.len() as f64;
+    let head = &x[..x.len().min(16)];
+    let k = (head.iter().map(|&v| v as f64).sum::<f64>() / head.len().max(1) as f64) as f32;
+    let (m, var) = corrected_moments(k, row_dev_sums(x, k), n)?;
+    let d = m - k as f64;
+    if d * d <= var {
+        return Some((m, var));
+    }
+    let m1 = m as f32;
+    corrected_moments(m1, row_dev_sums(x, m1), n)
 }
 
 /// Layer norm's output row, `out[i] = ((x[i] - m) * r) * w[i] + b[i]` (each operation rounded,
@@ -1006,12 +1027,14 @@ mod tests {
         }
     }
 
-    /// Layer norm's corrected two-pass moments (a first mean from [`row_sum`], corrected by
-    /// [`row_dev_sums`]) are within `1e-6` of the row's spread of the `f64` mean, and the
-    /// variance within `1e-6` relative, also for rows far from zero, with an outlier first or
-    /// last, and constant rows.
+    /// Layer norm's corrected moments, [`row_moments`] (deviations from the mean of the first
+    /// 16 values, and a second pass where that shift was far from the mean) and the two-pass
+    /// form (a first mean from [`row_sum`], corrected by [`row_dev_sums`]), are within `1e-6`
+    /// of the row's spread of the `f64` mean, and the variance within `1e-6` relative, also
+    /// for rows far from zero, with an outlier first or last, rising rows (whose first values
+    /// are far from the mean: the second pass) and constant rows.
     #[test]
-    fn corrected_two_pass_moments_are_accurate() {
+    fn corrected_moments_are_accurate() {
         let noise = |i: usize| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 2.0;
         let cases: Vec<Vec<f32>> = vec![
             (0..1024).map(noise).collect(),
@@ -1024,20 +1047,27 @@ mod tests {
                 .map(|i| if i == 776 { -4.0e5 } else { 7.0 + noise(i) })
                 .collect(),
             vec![3.25; 1024],
+            (0..1024).map(|i| 5.0e3 + i as f32 * 0.25).collect(),
+            (0..10).map(|i| 100.0 - i as f32).collect(),
         ];
         for x in cases {
             let n = x.len() as f64;
             let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
             let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
             let m1 = (row_sum(&x) / n) as f32;
-            let (m, v) = corrected_moments(m1, row_dev_sums(&x, m1), n).unwrap();
-            assert!(
-                (m - mean).abs() <= 1e-6 * var.sqrt() + 1e-7 * mean.abs() * f32::EPSILON as f64,
-                "mean {m} vs {mean} (sd {})",
-                var.sqrt()
-            );
-            assert!((v - var).abs() <= 1e-6 * var + 1e-30, "var {v} vs {var}");
+            let two_pass = corrected_moments(m1, row_dev_sums(&x, m1), n).unwrap();
+            for (m, v) in [two_pass, row_moments(&x).unwrap()] {
+                assert!(
+                    (m - mean).abs() <= 1e-6 * var.sqrt() + 1e-7 * mean.abs() * f32::EPSILON as f64,
+                    "mean {m} vs {mean} (sd {})",
+                    var.sqrt()
+                );
+                assert!((v - var).abs() <= 1e-6 * var + 1e-30, "var {v} vs {var}");
+            }
         }
+        // An infinity or NaN gives `None` (the caller's exact fallback).
+        assert!(row_moments(&[1.0, f32::INFINITY, 2.0]).is_none());
+        assert!(row_moments(&[f32::NAN; 20]).is_none());
     }
 
     #[test]
