@@ -174,8 +174,8 @@ pub(crate) fn copy_nt(dst: &mut [f32], src: &[f32]) {
 }
 
 /// `dst.copy_from_slice(src)` split into 1 MiB pieces over the current rayon pool, each piece
-/// a page at a time with the non-temporal stores of `copy_nt`, the pages [`WARM_FLOATS`] on
-/// warmed ([`warm_page`]), and a fence: the fastest copy this runtime knows (see
+/// a page at a time with the non-temporal stores of `copy_nt`, the pages `WARM_FLOATS` on
+/// warmed (`warm_page`), and a fence: the fastest copy this runtime knows (see
 /// `exec::time_stream_copy`).
 pub fn copy_streaming(dst: &mut [f32], src: &[f32]) {
     use rayon::prelude::*;
@@ -374,7 +374,7 @@ pub(crate) const WARM_FLOATS: usize = 4 * PAGE_FLOATS;
 /// one walk per page: its non-temporal stores and the first loads of each page wait on them,
 /// and the hardware prefetcher stops at each page's end. Measured on a 2-core Zen 4 under
 /// KVM: a 32 MiB streaming copy 1.3x faster, workloads c and d (the elementwise chain, and
-/// layer norm then softmax) about 1.07x. Transparent huge pages make walks rare, but the
+/// layer norm then softmax) 1.07-1.1x. Transparent huge pages make walks rare, but the
 /// buffers a runtime is given are usually not on them.
 #[inline(always)]
 pub(crate) fn warm_page(p: *const f32) {
