@@ -1297,17 +1297,18 @@ impl Expr {
                         contiguous(src, off, st, &plan.dims, idx, srcs, n)
                             .inspect(|&v| {
                                 // A run with a broadcast dimension is re-read: it is in cache.
+                                // (`prefetch` streams.)
                                 if plan.stream && !st.contains(&0) {
                                     simd::warm_page(v.wrapping_add(simd::WARM_FLOATS));
-                                }
-                                if plan.prefetch && !st.contains(&0) {
-                                    match plan.pieces_after.get(i) {
-                                        Some(&k) => ahead.add(v.wrapping_add(AHEAD * n), n, k),
-                                        None => ahead.add(
-                                            v.wrapping_add(n),
-                                            n,
-                                            self.insts.len() - i - 1,
-                                        ),
+                                    if plan.prefetch {
+                                        match plan.pieces_after.get(i) {
+                                            Some(&k) => ahead.add(v.wrapping_add(AHEAD * n), n, k),
+                                            None => ahead.add(
+                                                v.wrapping_add(n),
+                                                n,
+                                                self.insts.len() - i - 1,
+                                            ),
+                                        }
                                     }
                                 }
                             })

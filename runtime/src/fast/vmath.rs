@@ -1,7 +1,7 @@
 //! Row sums and the hottest loops of [`super::math`], with hand-written AVX-512 forms that give
 //! the same bits as the portable ones.
 //!
-//! **Row sums** ([`row_sum`], [`row_dev_sums`], [`exp_sub_sum`]) add element `i` of a row into
+//! **Row sums** ([`row_dev_sums`], [`exp_sub_sum`]) add element `i` of a row into
 //! `f32` lane `i % 64` (four AVX-512 registers, so consecutive registers go into independent
 //! chains of additions), and every [`SUM_BLOCK`] elements add those lanes into 64 `f64` lanes,
 //! which a fixed tree adds at the end. So no lane adds more than 16 values in `f32` whatever the
@@ -61,18 +61,6 @@ fn blocked(x: &[f32], step: impl Fn(f32, f32) -> f32) -> f64 {
         }
     }
     tree(&mut wide)
-}
-
-/// `Σ x[i]` over a row, in the order of the row sums: a first estimate of layer norm's mean,
-/// which [`row_dev_sums`] corrects.
-#[inline(always)]
-pub fn row_sum(x: &[f32]) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if super::simd::has_avx512() {
-        // SAFETY: the CPU has AVX-512F (checked just now).
-        return unsafe { avx512::sum(x) };
-    }
-    blocked(x, |a, v| a + v)
 }
 
 /// `(Σ d, Σ d²)` over a row for `d = x[i] - m`, each `d` rounded once and each square added by
@@ -679,14 +667,6 @@ mod avx512 {
         acc.map(|a| unsafe { a.finish() })
     }
 
-    /// [`super::row_sum`].
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn sum(x: &[f32]) -> f64 {
-        // SAFETY: the CPU has AVX-512F.
-        let [s] = unsafe { sums(x, |[a], v| *a = _mm512_add_ps(*a, v)) };
-        s
-    }
-
     /// [`super::row_dev_sums`].
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn dev_sums(x: &[f32], m: f32) -> (f64, f64) {
@@ -978,9 +958,6 @@ mod tests {
             assert_eq!(q.to_bits(), want.to_bits(), "sq dev, n = {n}");
             let want = blocked(&x, |a, v| a + (v - m));
             assert_eq!(s.to_bits(), want.to_bits(), "dev sum, n = {n}");
-            let s = unsafe { avx512::sum(&x) };
-            let want = blocked(&x, |a, v| a + v);
-            assert_eq!(s.to_bits(), want.to_bits(), "sum, n = {n}");
             // Layer norm's rows, with and without weight and bias, and their maxima.
             let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 13) as f32 * 0.1).collect();
             let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 * 0.3 - 0.6).collect();
@@ -1028,11 +1005,10 @@ mod tests {
     }
 
     /// Layer norm's corrected moments, [`row_moments`] (deviations from the mean of the first
-    /// 16 values, and a second pass where that shift was far from the mean) and the two-pass
-    /// form (a first mean from [`row_sum`], corrected by [`row_dev_sums`]), are within `1e-6`
-    /// of the row's spread of the `f64` mean, and the variance within `1e-6` relative, also
-    /// for rows far from zero, with an outlier first or last, rising rows (whose first values
-    /// are far from the mean: the second pass) and constant rows.
+    /// 16 values, and a second pass from the mean found where that shift was far from it),
+    /// are within `1e-6` of the row's spread of the `f64` mean, and the variance within `1e-6`
+    /// relative, also for rows far from zero, with an outlier first or last, rising rows
+    /// (whose first values are far from the mean: the second pass) and constant rows.
     #[test]
     fn corrected_moments_are_accurate() {
         let noise = |i: usize| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 2.0;
@@ -1054,16 +1030,13 @@ mod tests {
             let n = x.len() as f64;
             let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
             let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-            let m1 = (row_sum(&x) / n) as f32;
-            let two_pass = corrected_moments(m1, row_dev_sums(&x, m1), n).unwrap();
-            for (m, v) in [two_pass, row_moments(&x).unwrap()] {
-                assert!(
-                    (m - mean).abs() <= 1e-6 * var.sqrt() + 1e-7 * mean.abs() * f32::EPSILON as f64,
-                    "mean {m} vs {mean} (sd {})",
-                    var.sqrt()
-                );
-                assert!((v - var).abs() <= 1e-6 * var + 1e-30, "var {v} vs {var}");
-            }
+            let (m, v) = row_moments(&x).unwrap();
+            assert!(
+                (m - mean).abs() <= 1e-6 * var.sqrt() + 1e-7 * mean.abs() * f32::EPSILON as f64,
+                "mean {m} vs {mean} (sd {})",
+                var.sqrt()
+            );
+            assert!((v - var).abs() <= 1e-6 * var + 1e-30, "var {v} vs {var}");
         }
         // An infinity or NaN gives `None` (the caller's exact fallback).
         assert!(row_moments(&[1.0, f32::INFINITY, 2.0]).is_none());
