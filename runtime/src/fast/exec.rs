@@ -136,15 +136,15 @@ thread_local! {
 
 /// A pool of `threads` threads for an executor made on this thread: the thread's own pool
 /// (made on first use, then shared by the executors of that size made here), or a pool of its
-/// own where the thread's pool has another size, the thread already works for a pool, or
-/// there is one thread (a run started on another thread must find a worker that is not this
-/// one, which may never come back to the pool).
+/// own where the thread's pool has another size or the thread already works for a pool. (A
+/// run started on another thread finds the home pool's other workers; a pool of one thread
+/// has none, and such runs go to [`Executor`]'s pool for them.)
 fn pool_for(threads: usize) -> Result<Arc<rayon::ThreadPool>, rayon::ThreadPoolBuildError> {
     HOME_POOL.with(|home| {
         let mut home = home.borrow_mut();
         match &*home {
             Some((n, p)) if *n == threads => return Ok(p.clone()),
-            None if threads > 1 && rayon::current_thread_index().is_none() => {
+            None if rayon::current_thread_index().is_none() => {
                 if let Ok(p) = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .use_current_thread()
@@ -197,6 +197,10 @@ pub struct Executor {
     artifact: Artifact,
     plan: MemoryPlan,
     pool: Arc<rayon::ThreadPool>,
+    /// For runs started on a thread that is not a worker of `pool` when `pool` has one thread
+    /// (the thread that made it, which may never come back to run them): a pool of one
+    /// thread of its own, made on the first such run.
+    remote: std::sync::OnceLock<Arc<rayon::ThreadPool>>,
     threads: usize,
     consts: Vec<Option<Buf>>,
     fallbacks: Vec<Option<Model>>,
@@ -342,6 +346,7 @@ impl Executor {
             artifact,
             plan,
             pool,
+            remote: Default::default(),
             threads,
             consts,
             fallbacks,
@@ -500,8 +505,25 @@ impl Executor {
             .lock()
             .map_err(|_| RuntimeError::Graph("a previous run panicked".into()))?;
         let (arena, high) = &mut *arena;
-        self.pool
-            .install(|| self.run_steps(inputs, outputs, arena, high))
+        let pool =
+            if self.pool.current_num_threads() == 1 && self.pool.current_thread_index().is_none() {
+                self.remote_pool()?
+            } else {
+                &self.pool
+            };
+        pool.install(|| self.run_steps(inputs, outputs, arena, high))
+    }
+
+    /// The pool of one thread for runs started off `pool`'s only worker (see `remote`).
+    fn remote_pool(&self) -> Result<&Arc<rayon::ThreadPool>, RuntimeError> {
+        if let Some(p) = self.remote.get() {
+            return Ok(p);
+        }
+        let p = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .map_err(|e| RuntimeError::Graph(format!("cannot start a thread: {e}")))?;
+        Ok(self.remote.get_or_init(|| Arc::new(p)))
     }
 
     fn run_steps(
