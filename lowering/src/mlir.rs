@@ -6,6 +6,7 @@
 //! only structurally (operand and result types, SSA dominance, regions).
 
 use melior::dialect::DialectRegistry;
+use melior::ir::operation::OperationLike;
 use melior::ir::Module;
 use melior::Context;
 use std::cell::RefCell;

@@ -1,4 +1,4 @@
-//! The emitted modules loaded through MLIR's C API (melior, upstream MLIR 19, unregistered
+//! The emitted modules loaded through MLIR's C API (melior, upstream MLIR 22, unregistered
 //! dialects allowed): generic-form modules parse, verify and round-trip; broken ones are refused
 //! with MLIR's diagnostic.
 #![cfg(feature = "mlir")]
