@@ -314,6 +314,14 @@ pub struct ConvPacked {
     wino: Option<super::winograd::WinogradWeights>,
 }
 
+/// Multiply-adds (times two) of a convolution's product from which it is split over the pool
+/// when the convolution has few products (one image of a late layer). On 2 threads of a Zen 4
+/// (`fxhlo bench`, 3x3 convolutions of one image, alternating runs): 4.7 MFLOP products ran
+/// as fast split (64 channels, 8x8) or 1.2-1.6x slower (128 and 256 channels over 4x4 and 2x2,
+/// run transposed); 19 MFLOP ones 1.03-1.23x faster, 58-75 MFLOP ones 1.5x; the resnet18
+/// testdata model, all of whose products are below 1.2 MFLOP, 0.524 -> 0.461 ms unsplit.
+const SPLIT_FLOPS: f64 = 8e6;
+
 /// Output positions per image up to which a convolution runs transposed (see [`ConvPacked`]).
 const SMALL_OUTPUT: usize = 16;
 
@@ -437,9 +445,11 @@ fn gemm_image(
     let tile = spec.tile_cols();
     let tiles = p.div_ceil(tile);
     let pointwise = spec.is_pointwise();
-    // Few jobs in all (e.g. one image of a late, small-spatial layer): split each product over
-    // the pool as well (the GEMM never splits `k`, so the bits stay the same).
-    let inner = spec.n * g * tiles < 4;
+    // Few jobs in all (e.g. one image of a late, small-spatial layer) of enough work: split
+    // each product over the pool as well (the GEMM never splits `k`, so the bits stay the
+    // same). Below `SPLIT_FLOPS` waking the other workers costs more than it saves.
+    let flops = 2.0 * cout_g as f64 * tile.min(p) as f64 * kdim as f64;
+    let inner = spec.n * g * tiles < 4 && flops >= SPLIT_FLOPS;
     (0..g * tiles).into_par_iter().for_each(|job| {
         let (grp, t) = (job / tiles, job % tiles);
         let p0 = t * tile;
@@ -489,7 +499,13 @@ fn gemm_image(
             prob.packed_b = wt[grp].as_ptr();
             // SAFETY: `cols` reads `nt x kdim` elements of the job's own input or scratch;
             // the transposed weights are `kdim x cout_g`; `ct` is the `nt x cout_g` result.
-            unsafe { sgemm::gemm_serial(&prob) };
+            unsafe {
+                if inner {
+                    sgemm::gemm(&[prob], &|_, _, _| {});
+                } else {
+                    sgemm::gemm_serial(&prob);
+                }
+            }
             for (q, row) in ct.chunks_exact(cout_g).enumerate() {
                 for (co, &v) in row.iter().enumerate() {
                     // SAFETY: inside this job's rectangle (see `dst`).
@@ -731,7 +747,13 @@ fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, dst: 
     {
         if super::simd::has_avx512() {
             // SAFETY: the CPU has these features (checked just above).
-            unsafe { im2col_avx512(spec, xg, cin_g, p0, nt, dst) };
+            unsafe {
+                if spec.ow < 16 && dst.nr.is_multiple_of(16) {
+                    im2col_gather(spec, xg, cin_g, p0, nt, dst);
+                } else {
+                    im2col_avx512(spec, xg, cin_g, p0, nt, dst);
+                }
+            }
             return;
         }
         if super::simd::has_avx2() {
@@ -754,6 +776,111 @@ unsafe fn im2col_avx512(
     dst: &mut Packed<'_>,
 ) {
     im2col_body::<super::simd::Avx512Moves>(spec, xg, cin_g, p0, nt, dst)
+}
+
+/// [`im2col`] on AVX-512 for output rows shorter than 16 positions, where copying by runs
+/// spends its time on each run's bookkeeping (a 3x3 convolution of 128 channels over a 2x2
+/// output has 2304 runs of two values, 29% of the resnet18 testdata model's time): each row of
+/// the matrix is one masked gather per 16 columns, from index vectors made once per tile for
+/// each kernel tap `(ky, kx)`; a lane whose tap lies in the padding, or past `nt`, is masked
+/// off and written as zero. The rows of input channel `ci` gather from `ci * h * w` on.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn im2col_gather(
+    spec: &ConvSpec,
+    xg: &[f32],
+    cin_g: usize,
+    p0: usize,
+    nt: usize,
+    dst: &mut Packed<'_>,
+) {
+    use std::arch::x86_64::*;
+    let (h, w, ow) = (spec.h, spec.w, spec.ow);
+    let [sh, sw] = spec.stride;
+    let [ph, pw] = spec.padding;
+    let [dh, dw] = spec.dilation;
+    let (k, nr) = (dst.k, dst.nr);
+    let np = dst.n.next_multiple_of(nr);
+    let groups = np / 16;
+    // Per tap and group of 16 columns: the taps' offsets in a channel's plane, and which lie
+    // inside it.
+    let taps = spec.kh * spec.kw;
+    let mut index = vec![[0i32; 16]; taps * groups];
+    let mut valid = vec![0u16; taps * groups];
+    for ky in 0..spec.kh {
+        for kx in 0..spec.kw {
+            let t = ky * spec.kw + kx;
+            for q in 0..nt {
+                let pos = p0 + q;
+                let (oy, ox) = (pos / ow, pos % ow);
+                let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                let ix = (ox * sw + kx * dw) as isize - pw as isize;
+                if (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix) {
+                    let (g, lane) = (t * groups + q / 16, q % 16);
+                    // Below `h * w`, which `ConvSpec::validate` keeps within `i32`.
+                    index[g][lane] = (iy * w as isize + ix) as i32;
+                    valid[g] |= 1 << lane;
+                }
+            }
+        }
+    }
+    let kb = sgemm::kc_for(k);
+    let data = dst.data.as_mut_ptr();
+    let (mut b0, mut lb) = (0, 0);
+    // A plane of at most 64 values (a late layer's input of 8x8 or less) is held in up to
+    // four registers, which each row permutes instead of gathering from memory.
+    let hw = h * w;
+    let small = hw <= 64;
+    for ci in 0..cin_g {
+        let plane = xg[ci * hw..(ci + 1) * hw].as_ptr();
+        let mut pv = [_mm512_setzero_ps(); 4];
+        if small {
+            for (j, v) in pv.iter_mut().enumerate().take(hw.div_ceil(16)) {
+                let lanes = (hw - 16 * j).min(16);
+                // SAFETY: these lanes lie inside the plane; the others are not read.
+                *v = unsafe {
+                    _mm512_maskz_loadu_ps(((1u32 << lanes) - 1) as __mmask16, plane.add(16 * j))
+                };
+            }
+        }
+        for t in 0..taps {
+            // Row `b0 + lb` of the packed layout (see `PackedB::index`): panels of `nr`
+            // columns, `nr * kcb` apart.
+            let kcb = kb.min(k - b0);
+            let row = b0 * np + lb * nr;
+            for g in 0..groups {
+                let (c0, m) = (16 * g, valid[t * groups + g]);
+                let at = row + (c0 / nr) * nr * kcb + c0 % nr;
+                // SAFETY: the set lanes' offsets lie inside the plane (checked above); `at +
+                // 16` is within the row's panel, inside the `k * np` packed elements.
+                unsafe {
+                    let idx = _mm512_loadu_si512(index[t * groups + g].as_ptr().cast());
+                    let v = if m == 0 {
+                        _mm512_setzero_ps()
+                    } else if small {
+                        // Lane `i` of the first (or only) pair holds value `i` (or `i - 32` of
+                        // the second pair, picked where bit 5 of the index is set).
+                        let lo = _mm512_permutex2var_ps(pv[0], idx, pv[1]);
+                        let v = if hw > 32 {
+                            let hi = _mm512_permutex2var_ps(pv[2], idx, pv[3]);
+                            let upper = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
+                            _mm512_mask_blend_ps(upper, lo, hi)
+                        } else {
+                            lo
+                        };
+                        _mm512_maskz_mov_ps(m, v)
+                    } else {
+                        _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, plane)
+                    };
+                    _mm512_storeu_ps(data.add(at), v);
+                }
+            }
+            lb += 1;
+            if lb == kb {
+                (b0, lb) = (b0 + kb, 0);
+            }
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -933,6 +1060,60 @@ fn depthwise_image(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Small-output im2col on AVX-512 (permutes of a plane held in registers, or gathers)
+    /// writes the packed matrix of the portable copy by runs, bit for bit: planes of up to 16,
+    /// 32 and 64 values and larger, strides, padding, dilation, several `k` blocks, and tiles
+    /// that start inside the output or end inside a panel.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn gathered_im2col_is_the_copied_one() {
+        if !crate::fast::simd::has_avx512() {
+            return;
+        }
+        let cases = [
+            // (input [cin, h, w], kernel, stride, padding, dilation)
+            ([128, 2, 2], [3, 3], 1, 1, 1),
+            ([64, 4, 4], [3, 3], 1, 1, 1),
+            ([64, 4, 4], [3, 3], 2, 1, 1),
+            ([32, 8, 8], [3, 3], 1, 1, 1),
+            ([16, 6, 5], [3, 3], 1, 2, 1),
+            ([8, 8, 8], [1, 1], 2, 0, 1),
+            ([16, 16, 16], [3, 3], 2, 1, 1),
+            ([5, 9, 11], [3, 3], 1, 1, 2),
+            ([4, 7, 28], [5, 3], 2, 2, 1),
+        ];
+        for ([cin, h, w], [kh, kw], st, pad, dil) in cases {
+            let spec = ConvSpec::new(
+                [1, cin, h, w],
+                [4, cin, kh, kw],
+                [st, st],
+                [pad, pad],
+                [dil, dil],
+                1,
+            )
+            .unwrap();
+            assert!(spec.ow < 16, "{spec:?}");
+            let x: Vec<f32> = (0..cin * h * w).map(|i| i as f32 + 0.5).collect();
+            let kdim = cin * kh * kw;
+            let p = spec.oh * spec.ow;
+            for (p0, nt) in [(0, p), (p / 3, p - p / 3), (1, p.min(17) - 1)] {
+                if nt == 0 {
+                    continue;
+                }
+                let len = sgemm::PackedB::len_for(kdim, nt);
+                let (mut want, mut got) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+                let plain = &mut Packed::new(&mut want, kdim, nt);
+                im2col_body::<crate::fast::simd::PlainMoves>(&spec, &x, cin, p0, nt, plain);
+                // SAFETY: the CPU has AVX-512 (checked above).
+                unsafe {
+                    im2col_gather(&spec, &x, cin, p0, nt, &mut Packed::new(&mut got, kdim, nt))
+                };
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{spec:?} positions {p0}+{nt}");
+            }
+        }
+    }
 
     #[test]
     fn new_computes_output_size() {

@@ -278,6 +278,21 @@ impl Tile {
         }
     }
 
+    /// The whole tile as one run of the matrix where it spans whole rows (`cols` is `0..n`):
+    /// its first flat index and its elements, rows after rows.
+    pub fn as_run(&mut self) -> Option<(usize, &mut [f32])> {
+        let whole = self.cols.start == 0 && self.cols.end == self.n;
+        // SAFETY: as in `row`: whole rows of the tile, contiguous in `C`.
+        whole.then(|| unsafe {
+            let start = self.rows.start * self.n;
+            let len = self.rows.len() * self.n;
+            (
+                start,
+                std::slice::from_raw_parts_mut(self.c.add(start), len),
+            )
+        })
+    }
+
     /// Row `r` of the tile (`r` in [`Tile::rows`]), restricted to [`Tile::cols`].
     ///
     /// # Panics

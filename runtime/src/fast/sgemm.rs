@@ -406,11 +406,23 @@ pub fn arch() -> Arch {
     })
 }
 
-/// The micro-kernel for a product of `m` rows: on AVX-512, 8 x 32 where it pads `m` less than
-/// 12 x 32 (e.g. 32 or 64 output channels of a convolution). Every kernel computes each element
-/// of `C` with the same sequence of operations, so the choice never changes results.
+/// The micro-kernel for a product of `m` rows: on AVX-512, 4 x 32 for at most four rows (the
+/// few output positions of a late convolution layer, run transposed: 8-row tiles computed
+/// twice the work), 8 x 32 where it pads `m` less than 12 x 32 (e.g. 32 or 64 output channels
+/// of a convolution). Every kernel computes each element of `C` with the same sequence of
+/// operations, so the choice never changes results.
 pub fn arch_for(m: usize) -> Arch {
     let a = arch();
+    #[cfg(target_arch = "x86_64")]
+    if a.name == "avx512" && m <= 4 {
+        return Arch {
+            mr: 4,
+            nr: 32,
+            kernel: x86::kernel_4x32,
+            post_in_kernel: true,
+            name: "avx512",
+        };
+    }
     #[cfg(target_arch = "x86_64")]
     if a.name == "avx512" && m.next_multiple_of(8) < m.next_multiple_of(12) {
         return Arch {
@@ -584,6 +596,7 @@ mod x86 {
     const PF: usize = 32 * 16;
     avx512_kernel!(kernel_12x32, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
     avx512_kernel!(kernel_8x32, 8, 0 1 2 3 4 5 6 7);
+    avx512_kernel!(kernel_4x32, 4, 0 1 2 3);
 
     /// A [`ColPost`] ready for the 32 columns of one tile: the scale, and the scaled bias of
     /// each half (zero past the tile's columns), computed as [`super::apply_post`] does.
@@ -699,6 +712,7 @@ mod x86 {
 
     avx512_indirect!(kernel_12x32_indirect, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
     avx512_indirect!(kernel_8x32_indirect, 8, 0 1 2 3 4 5 6 7);
+    avx512_indirect!(kernel_4x32_indirect, 4, 0 1 2 3);
 
     /// Packs 16 columns of a column-contiguous `B` (column `j` is `kc` floats at `src + j *
     /// cs`) into `panel` at column offset `jbase` (row stride `nr`), through 16 x 16 register
@@ -764,6 +778,31 @@ mod x86 {
                     0.0
                 };
             }
+        }
+    }
+
+    /// Packs `rows <= 16` rows of a column-contiguous `A` (column `l` is the `rows` floats
+    /// from `src.offset(l * cs)` on) into a panel of `mr` rows (`rows <= mr <= 16`; rows past
+    /// `rows` are zero): one masked load and store per column, where a copy and a fill of a
+    /// few values each were two calls into the C library (a third of a 3x3 convolution's time
+    /// over a 2x2 output, whose transposed product reads its im2col matrix this way).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pack_a_cols(
+        src: *const f32,
+        cs: isize,
+        rows: usize,
+        kc: usize,
+        mr: usize,
+        panel: *mut f32,
+    ) {
+        let (have, lanes) = (
+            ((1u32 << rows) - 1) as __mmask16,
+            ((1u32 << mr) - 1) as __mmask16,
+        );
+        for l in 0..kc {
+            // Lanes past `rows` are neither read nor written as anything but zero.
+            let v = _mm512_maskz_loadu_ps(have, src.offset(l as isize * cs));
+            _mm512_mask_storeu_ps(panel.add(l * mr), lanes, v);
         }
     }
 
@@ -970,10 +1009,10 @@ pub unsafe fn gemm_indirect(
         }
         let (m, k, mr) = (a.m, a.k, arch.mr);
         // The kernels, picked once: AVX-512 tiles read two 16-position bases, AVX2 ones one.
-        let k512 = (arch.name == "avx512").then_some(if mr == 8 {
-            x86::kernel_8x32_indirect
-        } else {
-            x86::kernel_12x32_indirect
+        let k512 = (arch.name == "avx512").then_some(match mr {
+            4 => x86::kernel_4x32_indirect,
+            8 => x86::kernel_8x32_indirect,
+            _ => x86::kernel_12x32_indirect,
         });
         let k256 = if mr == 4 {
             x86::kernel_4x16_indirect
@@ -1110,6 +1149,12 @@ unsafe fn pack_a(a: &Mat, r0: usize, mc: usize, p0: usize, kc: usize, mr: usize,
         // values.
         if a.rs == 1 && a.group == usize::MAX {
             let src = a.ptr.wrapping_add(r);
+            #[cfg(target_arch = "x86_64")]
+            if mr <= 16 && arch().name == "avx512" {
+                let at = src.wrapping_offset(p0 as isize * a.cs);
+                x86::pack_a_cols(at, a.cs, rows, kc, mr, panel.as_mut_ptr());
+                continue;
+            }
             for l in 0..kc {
                 let col = src.wrapping_offset((p0 + l) as isize * a.cs);
                 let d = &mut panel[l * mr..(l + 1) * mr];
@@ -1755,6 +1800,39 @@ mod tests {
         // No even split within twice the share: the first cut stands.
         let (rt, ct) = task_tiles(7, 3, 8, 2, (8, 32));
         assert!(rt * ct >= 8, "{rt} x {ct}");
+    }
+
+    /// Products of at most four rows (the 4 x 32 kernel on AVX-512) give the bits of the same
+    /// rows in a product of twelve (the 12 x 32 kernel), with the left operand row- or
+    /// column-contiguous (the second packed by masked moves), over one and several blocks
+    /// of `k`.
+    #[test]
+    fn few_rows_give_the_bits_of_many() {
+        for &(n, k) in &[(1, 1), (31, 7), (33, 385), (70, 600)] {
+            let a = fill(12 * k, 5);
+            let b = fill(k * n, 6);
+            let bm = Mat::new(b.as_ptr(), n as isize, 1);
+            let product = |m: usize, a: Mat| {
+                let mut c = vec![f32::NAN; m * n];
+                let p = Problem::new(m, n, k, a, bm, c.as_mut_ptr(), n);
+                // SAFETY: `a` and `b` hold the operands, `c` the result.
+                unsafe { gemm_serial(&p) };
+                c
+            };
+            let want = product(12, Mat::new(a.as_ptr(), k as isize, 1));
+            // The first rows of `a`, transposed: element (i, l) at `l * m + i`.
+            for m in 1..=4 {
+                let at: Vec<f32> = (0..k)
+                    .flat_map(|l| (0..m).map(move |i| (l, i)))
+                    .map(|(l, i)| a[i * k + l])
+                    .collect();
+                let rows = product(m, Mat::new(a.as_ptr(), k as isize, 1));
+                let cols = product(m, Mat::new(at.as_ptr(), 1, m as isize));
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&rows), bits(&want[..m * n]), "{m}x{n}x{k}");
+                assert_eq!(bits(&cols), bits(&want[..m * n]), "{m}x{n}x{k}, transposed");
+            }
+        }
     }
 
     #[test]
