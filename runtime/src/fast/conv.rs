@@ -781,9 +781,10 @@ unsafe fn im2col_avx512(
 /// [`im2col`] on AVX-512 for output rows shorter than 16 positions, where copying by runs
 /// spends its time on each run's bookkeeping (a 3x3 convolution of 128 channels over a 2x2
 /// output has 2304 runs of two values, 29% of the resnet18 testdata model's time): each row of
-/// the matrix is one masked gather per 16 columns, from index vectors made once per tile for
-/// each kernel tap `(ky, kx)`; a lane whose tap lies in the padding, or past `nt`, is masked
-/// off and written as zero. The rows of input channel `ci` gather from `ci * h * w` on.
+/// the matrix is one operation per 16 columns, from index vectors made once per tile for each
+/// kernel tap `(ky, kx)`: a permute of the channel's plane where it fits four registers (64
+/// values), else a masked gather from it. A lane whose tap lies in the padding, or past `nt`,
+/// is masked off and written as zero.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn im2col_gather(
