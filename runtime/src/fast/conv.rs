@@ -448,7 +448,7 @@ fn gemm_image(
     // Few jobs in all (e.g. one image of a late, small-spatial layer) of enough work: split
     // each product over the pool as well (the GEMM never splits `k`, so the bits stay the
     // same). Below `SPLIT_FLOPS` waking the other workers costs more than it saves.
-    let flops = 2.0 * cout_g as f64 * tile.min(p) as f64 * kdim as f64;
+    let flops = 2.0 * cout_g as f64 * tile as f64 * kdim as f64;
     let inner = spec.n * g * tiles < 4 && flops >= SPLIT_FLOPS;
     (0..g * tiles).into_par_iter().for_each(|job| {
         let (grp, t) = (job / tiles, job % tiles);
@@ -479,13 +479,7 @@ fn gemm_image(
             }
             // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`, or their
             // packed layout; `wg` is `cout_g x kdim`; `dst` as above, disjoint from both.
-            unsafe {
-                if inner {
-                    sgemm::gemm(&[prob], &|_, _, _| {});
-                } else {
-                    sgemm::gemm_serial(&prob);
-                }
-            }
+            unsafe { multiply(&prob, inner) };
         };
         // Few positions with the weights' transpose packed: `out^T = cols^T @ W^T` into a
         // scratch tile, then transposed into place.
@@ -499,13 +493,7 @@ fn gemm_image(
             prob.packed_b = wt[grp].as_ptr();
             // SAFETY: `cols` reads `nt x kdim` elements of the job's own input or scratch;
             // the transposed weights are `kdim x cout_g`; `ct` is the `nt x cout_g` result.
-            unsafe {
-                if inner {
-                    sgemm::gemm(&[prob], &|_, _, _| {});
-                } else {
-                    sgemm::gemm_serial(&prob);
-                }
-            }
+            unsafe { multiply(&prob, inner) };
             for (q, row) in ct.chunks_exact(cout_g).enumerate() {
                 for (co, &v) in row.iter().enumerate() {
                     // SAFETY: inside this job's rectangle (see `dst`).
@@ -661,6 +649,22 @@ fn implicit_image(
         });
     }
     PADDED.with(|b| *b.borrow_mut() = data);
+}
+
+/// One product of a convolution's job: split over the pool with `split` (see `SPLIT_FLOPS`),
+/// else on the calling thread alone.
+///
+/// # Safety
+/// As for [`sgemm::gemm`].
+unsafe fn multiply(prob: &Problem, split: bool) {
+    // SAFETY: the caller's.
+    unsafe {
+        if split {
+            sgemm::gemm(std::slice::from_ref(prob), &|_, _, _| {});
+        } else {
+            sgemm::gemm_serial(prob);
+        }
+    }
 }
 
 /// Adds `bias` to each element of `row`, then applies the ReLU if `relu`.

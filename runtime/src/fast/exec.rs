@@ -1134,28 +1134,24 @@ impl<'a> FusedEpilogue<'a> {
     fn tile(&self, t: &mut Tile) {
         let Some(e) = self.expr else { return };
         let ns = self.srcs.len();
-        // The tile's runs of the matrix: one when it spans whole rows (one pass of the
-        // expression, where a late convolution's 128 rows of 4 positions each cost a pass of
-        // its instructions), else one per row. Each is (first flat index, elements).
-        let runs: Vec<(usize, *mut f32, usize)> = match t.as_run() {
-            Some((start, run)) => vec![(start, run.as_mut_ptr(), run.len())],
+        // The tile's runs of the matrix, `w` elements each: one when it spans whole rows (one
+        // pass of the expression, where a late convolution's 128 rows of 4 positions each cost
+        // a pass of its instructions), else one per row. Each is (first flat index, elements).
+        let (runs, w): (Vec<(usize, *mut f32)>, usize) = match t.as_run() {
+            Some((start, run)) => (vec![(start, run.as_mut_ptr())], run.len()),
             None => {
-                let (n, c0, w) = (t.n, t.cols.start, t.cols.len());
-                t.rows
-                    .clone()
-                    .map(|r| (r * n + c0, t.row(r).as_mut_ptr(), w))
-                    .collect()
+                let (n, c0) = (t.n, t.cols.start);
+                let rows = t.rows.clone();
+                let runs = rows.map(|r| (r * n + c0, t.row(r).as_mut_ptr())).collect();
+                (runs, t.cols.len())
             }
-        };
-        let Some(&(_, _, w)) = runs.first() else {
-            return;
         };
         // In place, the tile's product is copied out before the epilogue overwrites it.
         let saved = if self.in_place {
             let mut v = Vec::with_capacity(runs.len() * w);
-            for &(_, p, len) in &runs {
+            for &(_, p) in &runs {
                 // SAFETY: a run of this tile, which is this call's alone.
-                v.extend_from_slice(unsafe { std::slice::from_raw_parts(p, len) });
+                v.extend_from_slice(unsafe { std::slice::from_raw_parts(p, w) });
             }
             v
         } else {
@@ -1163,15 +1159,15 @@ impl<'a> FusedEpilogue<'a> {
         };
         let mut product: Vec<(usize, &[f32])> = Vec::with_capacity(runs.len());
         let mut os: Vec<&mut [f32]> = Vec::with_capacity(runs.len() * e.num_outputs());
-        for (i, &(start, p, len)) in runs.iter().enumerate() {
+        for (i, &(start, p)) in runs.iter().enumerate() {
             if self.in_place {
                 // SAFETY: the run is this call's alone (the kernels hand out every tile once)
                 // and is written only through this slice; the product was saved above.
-                os.push(unsafe { std::slice::from_raw_parts_mut(p, len) });
+                os.push(unsafe { std::slice::from_raw_parts_mut(p, w) });
                 product.push((start, &saved[i * w..(i + 1) * w]));
             } else {
                 // SAFETY: the tile is only read while the epilogue runs, and outlives it.
-                product.push((start, unsafe { std::slice::from_raw_parts(p, len) }));
+                product.push((start, unsafe { std::slice::from_raw_parts(p, w) }));
             }
             // SAFETY: the tile's elements of each output belong to this call alone (the
             // kernels hand out every tile once), and `new` checked each output has `product`
@@ -1179,7 +1175,7 @@ impl<'a> FusedEpilogue<'a> {
             os.extend(
                 self.outs
                     .iter()
-                    .map(|o| unsafe { std::slice::from_raw_parts_mut(o.get().add(start), len) }),
+                    .map(|o| unsafe { std::slice::from_raw_parts_mut(o.get().add(start), w) }),
             );
         }
         let mut ext: Vec<Src<'_>> = Vec::with_capacity(ns + 1);
