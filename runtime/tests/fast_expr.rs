@@ -741,19 +741,35 @@ fn layer_norm_then_softmax_in_one_kernel_gives_the_bits_of_two() {
         }
     }
     // Streamed rows (an output of `STREAM_ELEMS`: each row computed in an L1 buffer and
-    // stored during the next row's loop), where a NaN in every row makes each one computed
-    // again after its sum.
-    let (rows, len) = (8192usize, 1024usize);
-    assert!(rows * len >= fxhlo_runtime::fast::expr::STREAM_ELEMS);
-    let mut x = rand_vec(rows * len, 14);
-    x[2 * len + 9] = f32::NAN;
-    let w: Vec<f32> = rand_vec(len, 15).iter().map(|v| 1.0 + 0.1 * v).collect();
-    let mut b = rand_vec(len, 16);
-    for op in [ReduceOp::Softmax, ReduceOp::SafeSoftmax] {
-        ln_softmax_case(rows, len, &x, &w, &b, true, op);
+    // stored during the next row's loop; the layer norm and the softmax then run row by row),
+    // where a NaN in every row makes each one computed again after its sum; rows of 1003 end
+    // inside a cache line and inside a step of the exp loop.
+    for (rows, len) in [(8192usize, 1024usize), (8364, 1003)] {
+        assert!(rows * len >= fxhlo_runtime::fast::expr::STREAM_ELEMS);
+        let mut x = rand_vec(rows * len, 14);
+        x[2 * len + 9] = f32::NAN;
+        // A row far from its first values (layer norm's moments in two passes).
+        x[7 * len + 16..8 * len].iter_mut().for_each(|v| *v += 1e4);
+        let w: Vec<f32> = rand_vec(len, 15).iter().map(|v| 1.0 + 0.1 * v).collect();
+        let mut b = rand_vec(len, 16);
+        for op in [
+            ReduceOp::Softmax,
+            ReduceOp::SafeSoftmax,
+            ReduceOp::LogSoftmax,
+        ] {
+            ln_softmax_case(rows, len, &x, &w, &b, true, op);
+        }
+        ln_softmax_case(rows, len, &x, &w, &b, false, ReduceOp::Softmax);
+        b[len - 1] = -f32::NAN;
+        ln_softmax_case(rows, len, &x, &w, &b, true, ReduceOp::Softmax);
     }
-    b[len - 1] = -f32::NAN;
-    ln_softmax_case(rows, len, &x, &w, &b, true, ReduceOp::Softmax);
+    // Rows of only `-inf` (a bias of `-inf`), streamed: zeros when safe.
+    let (rows, len) = (8192usize, 1024usize);
+    let mut x = rand_vec(rows * len, 17);
+    x[2 * len] = f32::NAN;
+    let w = vec![1.0; len];
+    let b = vec![f32::NEG_INFINITY; len];
+    ln_softmax_case(rows, len, &x, &w, &b, true, ReduceOp::SafeSoftmax);
 }
 
 fn ln_softmax_case(
