@@ -702,24 +702,36 @@ fn conv_resnet_shapes() {
     );
 }
 
-/// Stride-1 convolutions whose output rows are whole 16-position panels: on AVX2 CPUs they run
-/// as an implicit GEMM over a zero-padded input (4- and 6-row tiles, several `k` blocks,
-/// dilation, groups, a partial last tile), elsewhere through im2col.
+/// Stride-1 and stride-2 convolutions whose output rows are whole 16-position panels: on AVX2
+/// CPUs they run as an implicit GEMM over a zero-padded input, split into phase planes for
+/// stride 2 (4- and 6-row tiles, several `k` blocks, dilation, groups, a partial last tile,
+/// several bands, kernels of even and odd size, a 7x7 stride-2 stem, and a 1x1 kernel or a
+/// dilation of 2 that read one phase), elsewhere through im2col.
 #[test]
 fn conv_implicit_gemm_shapes() {
-    for (x, cout, k, p, d, g) in [
-        ([2, 8, 16, 16], 32, [3, 3], 1, 1, 1),
-        ([1, 5, 7, 16], 6, [3, 3], 1, 1, 1),
-        ([1, 64, 9, 16], 40, [3, 3], 1, 1, 1),
-        ([1, 6, 20, 32], 10, [5, 5], 2, 1, 1),
-        ([1, 4, 21, 32], 8, [3, 3], 2, 2, 1),
-        ([2, 8, 12, 16], 12, [3, 3], 1, 1, 2),
-        ([1, 16, 41, 48], 32, [3, 3], 1, 1, 1),
+    for (x, cout, k, s, p, d, g) in [
+        ([2, 8, 16, 16], 32, [3, 3], 1, 1, 1, 1),
+        ([1, 5, 7, 16], 6, [3, 3], 1, 1, 1, 1),
+        ([1, 64, 9, 16], 40, [3, 3], 1, 1, 1, 1),
+        ([1, 6, 20, 32], 10, [5, 5], 1, 2, 1, 1),
+        ([1, 4, 21, 32], 8, [3, 3], 1, 2, 2, 1),
+        ([2, 8, 12, 16], 12, [3, 3], 1, 1, 1, 2),
+        ([1, 16, 41, 48], 32, [3, 3], 1, 1, 1, 1),
+        ([1, 3, 64, 64], 16, [7, 7], 2, 3, 1, 1),
+        ([2, 4, 17, 32], 8, [3, 3], 2, 1, 1, 1),
+        ([1, 5, 31, 63], 6, [5, 5], 2, 2, 1, 1),
+        ([1, 4, 20, 64], 8, [3, 3], 2, 2, 2, 1),
+        ([2, 8, 12, 32], 12, [3, 3], 2, 1, 1, 2),
+        ([1, 6, 32, 32], 8, [4, 4], 2, 1, 1, 1),
+        ([1, 16, 130, 64], 32, [3, 3], 2, 1, 1, 1),
+        ([1, 8, 32, 32], 16, [1, 1], 2, 0, 1, 1),
     ] {
+        let spec = conv(x, cout, k, s, p, d, g);
+        assert_eq!(spec.ow % 16, 0, "{spec:?}");
         check_conv(
-            &conv(x, cout, k, 1, p, d, g),
+            &spec,
             true,
-            &format!("implicit {x:?} cout {cout} k{k:?} p{p} d{d} g{g}"),
+            &format!("implicit {x:?} cout {cout} k{k:?} s{s} p{p} d{d} g{g}"),
         );
     }
 }
@@ -804,6 +816,8 @@ fn conv_fused_relu_is_conv_then_relu() {
         ([1, 8, 10, 10], 8, [3, 3], 1, 1, 8, true),
         // Winograd (on AVX-512 CPUs).
         ([1, 8, 9, 32], 12, [3, 3], 1, 1, 1, true),
+        // Implicit GEMM of stride 2.
+        ([1, 3, 20, 32], 16, [7, 7], 2, 3, 1, true),
     ] {
         let spec = conv(x, cout, k, s, p, 1, g);
         let mut xv = rnd(spec.input_len(), 21);

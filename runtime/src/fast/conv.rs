@@ -243,11 +243,11 @@ impl ConvSpec {
         t.min(p.max(1))
     }
 
-    /// Whether the image runs as an implicit GEMM reading a zero-padded input (stride 1, rows
-    /// of whole 16-position micro-panels, on a CPU with that kernel), not im2col tiles.
+    /// Whether the image runs as an implicit GEMM reading a zero-padded input (stride 1 or 2,
+    /// rows of whole 16-position micro-panels, on a CPU with that kernel), not im2col tiles.
     fn implicit_ok(&self) -> bool {
         let cin_g = self.cin / self.groups.max(1);
-        self.stride == [1, 1]
+        self.stride.iter().all(|&s| s <= 2)
             && !self.is_pointwise()
             && cin_g > 1
             && self.ow.is_multiple_of(16)
@@ -547,6 +547,13 @@ const BAND_BYTES: usize = 512 << 10;
 /// their taps from while it is in L2. (A whole padded image, 2 MiB for 32 channels of 128 x
 /// 128, left L2 before its tiles read it.) The bias and a ReLU are applied in the micro-kernel
 /// as each tile is stored.
+///
+/// With strides `sh x sw`, each channel's padded input is split into `sh * sw` phase planes:
+/// phase `(py, px)` holds the padded elements `(Y, X)` with `Y % sh == py` and `X % sw ==
+/// px`, at `(Y / sh, X / sw)`. Output position `(oy, ox)` reads its tap `(ky, kx)` at `(oy *
+/// sh + ky * dh, ox * sw + kx * dw)`, which is element `(oy + ky * dh / sh, ox + kx * dw /
+/// sw)` of one phase plane, the same for every position: 16 positions of an output row read
+/// 16 consecutive elements of it, as with stride 1 (one phase plane, the padded input).
 fn implicit_image(
     spec: &ConvSpec,
     img: usize,
@@ -560,21 +567,32 @@ fn implicit_image(
     let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
     let [ph, pw] = spec.padding;
     let [dh, dw] = spec.dilation;
+    let [sh, sw] = spec.stride;
     let (h, w, ow) = (spec.h, spec.w, spec.ow);
     let p = spec.oh * ow;
-    let wp = w + 2 * pw;
-    let halo = (spec.kh - 1) * dh;
+    // Columns of a phase plane: every `X` of the padded rows (`w + 2 pw` of them).
+    let wq = (w + 2 * pw).div_ceil(sw);
+    // Rows of a phase plane past a band's output rows, which the taps reach.
+    let halo = (spec.kh - 1) * dh / sh;
+    let phases = sh * sw;
     // Jobs of whole output rows (each row is whole 16-position micro-panels), bands of whole
     // jobs.
     let tile_rows = (spec.tile_cols() / ow).max(1);
-    let fit = (BAND_BYTES / (4 * spec.cin * wp).max(1)).saturating_sub(halo);
+    let fit = (BAND_BYTES / (4 * spec.cin * phases * wq).max(1)).saturating_sub(halo);
     let band_rows = (fit / tile_rows).max(1) * tile_rows;
-    let plane = (band_rows.min(spec.oh) + halo) * wp;
+    let pplane = (band_rows.min(spec.oh) + halo) * wq;
+    let plane = phases * pplane;
     let mut offs = Vec::with_capacity(cin_g * spec.kh * spec.kw);
+    // The phases some tap reads (all four of stride 2 but for a 1x1 kernel, or a dilation of
+    // 2); the others are not filled.
+    let mut used = vec![false; phases];
     for ci in 0..cin_g {
         for ky in 0..spec.kh {
             for kx in 0..spec.kw {
-                offs.push(ci * plane + ky * dh * wp + kx * dw);
+                let (y, x) = (ky * dh, kx * dw);
+                let phase = (y % sh) * sw + x % sw;
+                used[phase] = true;
+                offs.push(ci * plane + phase * pplane + (y / sh) * wq + x / sw);
             }
         }
     }
@@ -587,16 +605,41 @@ fn implicit_image(
     data.resize(spec.cin * plane, 0.0);
     for y0 in (0..spec.oh).step_by(band_rows) {
         let y1 = (y0 + band_rows).min(spec.oh);
-        // Padded row `r` of each channel is input row `y0 + r - ph` (zeros outside the image).
+        // Row `r` of phase `(py, px)` of each channel is padded row `Y = (y0 + r) * sh + py`,
+        // input row `Y - ph` (zeros outside the image); its column `q` is input column `q *
+        // sw + px - pw`.
         for (ci, pl) in data.chunks_exact_mut(plane).enumerate() {
-            for (r, row) in pl.chunks_exact_mut(wp).take(y1 - y0 + halo).enumerate() {
-                match (y0 + r).checked_sub(ph).filter(|&iy| iy < h) {
-                    Some(iy) => {
-                        row[..pw].fill(0.0);
-                        row[pw..pw + w].copy_from_slice(&x[(ci * h + iy) * w..][..w]);
-                        row[pw + w..].fill(0.0);
+            for (phase, pp) in pl.chunks_exact_mut(pplane).enumerate() {
+                if !used[phase] {
+                    continue;
+                }
+                let (py, px) = (phase / sw, phase % sw);
+                for (r, row) in pp.chunks_exact_mut(wq).take(y1 - y0 + halo).enumerate() {
+                    let iy = ((y0 + r) * sh + py).checked_sub(ph).filter(|&iy| iy < h);
+                    let Some(iy) = iy else {
+                        row.fill(0.0);
+                        continue;
+                    };
+                    let src = &x[(ci * h + iy) * w..][..w];
+                    // Columns `lo..hi` lie inside the input row, from input column `ix0` on.
+                    let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
+                    let hi = hi.min(wq);
+                    let lo = lo.min(hi);
+                    row[..lo].fill(0.0);
+                    row[hi..].fill(0.0);
+                    if lo == hi {
+                        continue;
                     }
-                    None => row.fill(0.0),
+                    // (`ix0 >= 0`: `lo` is the first column inside the row.)
+                    let ix0 = ((lo * sw) as isize + off) as usize;
+                    let row = &mut row[lo..hi];
+                    if sw == 1 {
+                        row.copy_from_slice(&src[ix0..ix0 + row.len()]);
+                    } else {
+                        for (j, v) in row.iter_mut().enumerate() {
+                            *v = src[ix0 + j * sw];
+                        }
+                    }
                 }
             }
         }
@@ -613,7 +656,7 @@ fn implicit_image(
             let bases: Vec<*const f32> = (0..nt / 16)
                 .map(|jb| {
                     let q = p0 + 16 * jb;
-                    pg[(q / ow - y0) * wp + q % ow..].as_ptr()
+                    pg[(q / ow - y0) * wq + q % ow..].as_ptr()
                 })
                 .collect();
             let fused = sgemm::Post {
@@ -622,9 +665,10 @@ fn implicit_image(
                     .map_or(std::ptr::null(), |b| b[grp * cout_g..].as_ptr()),
                 relu: post.relu,
             };
-            // SAFETY: every tap of these positions is inside the band (its rows `r0 - y0 ..
-            // r1 - y0 + halo` and columns up to `ow - 1 + (kw - 1) * dw = wp - 1` of each
-            // channel's plane), the weights are packed for `cout_g x kdim`, the job writes
+            // SAFETY: every tap of these positions is inside the band (rows `r0 - y0 .. r1 -
+            // y0 + halo` and columns up to `ow - 1 + (kw - 1) * dw / sw < wq` of a phase
+            // plane: `(ow - 1) * sw + (kw - 1) * dw` is at most the last padded column), the
+            // weights are packed for `cout_g x kdim`, the job writes
             // rows `row0..row0 + cout_g`, columns `p0..p0 + nt` of the output viewed as
             // `[n * cout, p]` (jobs own disjoint rectangles), and the bias holds this group's
             // `cout_g` rows.
