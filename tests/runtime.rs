@@ -590,3 +590,60 @@ fn an_executor_runs_from_other_threads_too() {
         });
     }
 }
+
+/// The GPT-2 model's causal mask and positions are built from `arange`, `full`, `cat`,
+/// `cumsum` and `index` of constants alone (i64 and bool steps, which the fast kernels leave
+/// to the interpreter): those steps run when the artifact is made, and the program has no
+/// fallback left. Its outputs have the bits of the program before folding, and match eager.
+#[test]
+fn steps_of_constants_only_run_at_compile_time() {
+    use fxhlo_runtime::fast::fold::{fold_constant_steps, FOLDED_PREFIX};
+    let (case, a) = compiled("gpt2");
+    let (kinds, _) = step_kinds_of(&a);
+    assert!(!kinds.contains(&"fallback"), "{kinds:?}");
+    let p = &a.header.program;
+    let folded: Vec<u32> = p
+        .constants
+        .iter()
+        .filter(|(_, n)| n.starts_with(FOLDED_PREFIX))
+        .map(|&(v, _)| v)
+        .collect();
+    assert!(!folded.is_empty());
+    // Every constant left is read by a step or is an output; every step reads a user input
+    // or a value computed from one.
+    for v in p.constants.iter().map(|&(v, _)| v) {
+        assert!(
+            p.steps.iter().any(|s| s.srcs.contains(&v)) || p.outputs.contains(&v),
+            "constant {v} is not read"
+        );
+    }
+    // The program before folding: the same compiler's plan of the same optimized graph.
+    let c = fxhlo::compile_with(&case.model, &CompileOptions::default(), &mut |_, _| {}).unwrap();
+    let (unfolded, report) = fxhlo_lowering::kernels::build_program(&c.graph, &c.plan).unwrap();
+    assert!(
+        report.fallbacks.len() >= 10,
+        "{} fallbacks before folding",
+        report.fallbacks.len()
+    );
+    assert!(c.report.fallbacks.is_empty() && c.report.folded.len() >= 10);
+    let weights: fxhlo_ir::Weights = unfolded
+        .constants
+        .iter()
+        .map(|(_, n)| (n.clone(), case.model.weights[n].clone()))
+        .collect();
+    let mut before = a.clone();
+    before.header.program = unfolded;
+    before.constants = weights;
+    let want = executor(before, 2).run(&case.inputs).unwrap();
+    let got = executor(a, 2).run(&case.inputs).unwrap();
+    assert_eq!(got, want, "outputs of the folded program");
+    let cmp = check_outputs(&case, &got, None).unwrap();
+    assert!(cmp.iter().all(|c| c.ok()), "{cmp:?}");
+    // Folding the folded program changes nothing.
+    let (mut p2, mut w2) = (
+        c.artifact.header.program.clone(),
+        c.artifact.constants.clone(),
+    );
+    assert!(fold_constant_steps(&mut p2, &mut w2).unwrap().is_empty());
+    assert_eq!(p2, c.artifact.header.program);
+}

@@ -151,7 +151,7 @@ fn compile_impl(
     let mut cx = fxhlo_passes::Cx::default();
     pm.run(&mut m.graph, &mut cx, dump)?;
     let plan = fxhlo_passes::fusion::plan(&m.graph);
-    let (program, report) =
+    let (mut program, mut report) =
         fxhlo_lowering::kernels::build_program(&m.graph, &plan).map_err(DriverError::Other)?;
     let stablehlo = fxhlo_lowering::stablehlo::emit(
         &m,
@@ -161,11 +161,23 @@ fn compile_impl(
         },
     )
     .map_err(|e| e.to_string());
-    let constants: Weights = program
+    let mut constants: Weights = program
         .constants
         .iter()
         .filter_map(|(_, name)| weight(name).map(|t| (name.clone(), t)))
         .collect();
+    // Steps that read only constants run now; their results become constants.
+    let folded = fxhlo_runtime::fast::fold::fold_constant_steps(&mut program, &mut constants)
+        .map_err(DriverError::Other)?;
+    report.fallbacks.retain(|(name, _)| !folded.contains(name));
+    report.by_kind.clear();
+    for s in &program.steps {
+        *report
+            .by_kind
+            .entry(s.kernel.kind().to_string())
+            .or_insert(0) += 1;
+    }
+    report.folded = folded;
     let artifact = fxhlo_runtime::fast::Artifact {
         header: fxhlo_runtime::fast::ArtifactHeader {
             compiler_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -506,6 +506,13 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 for (name, why) in &c.report.fallbacks {
                     eprintln!("  {name}: {why}");
                 }
+                if !c.report.folded.is_empty() {
+                    eprintln!(
+                        "steps of constants only, run at compile time: {} ({})",
+                        c.report.folded.len(),
+                        c.report.folded.join(", ")
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

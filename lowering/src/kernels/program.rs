@@ -18,6 +18,9 @@ pub struct BuildReport {
     pub by_kind: BTreeMap<String, usize>,
     /// Fallback steps: first node and reason.
     pub fallbacks: Vec<(String, String)>,
+    /// Steps that read only constants, run when the artifact was made (see
+    /// `fxhlo_runtime::fast::fold`): their first nodes. The counts above leave them out.
+    pub folded: Vec<String>,
 }
 
 /// The program's value table under construction.

@@ -769,6 +769,16 @@ impl Executor {
             m.owned_bytes,
             m.intermediate_bytes,
         );
+        let folded = p
+            .constants
+            .iter()
+            .filter(|(_, name)| name.starts_with(super::fold::FOLDED_PREFIX))
+            .count();
+        if folded > 0 {
+            out.push_str(&format!(
+                "constants computed at compile time (steps of constants only): {folded}\n"
+            ));
+        }
         if fallbacks.is_empty() {
             out.push_str("fallbacks to the reference interpreter: none\n");
         } else {

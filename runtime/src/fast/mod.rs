@@ -74,6 +74,7 @@ impl SendPtr {
 
 pub mod artifact;
 pub mod exec;
+pub mod fold;
 pub mod memory;
 pub mod program;
 
