@@ -6,7 +6,7 @@
 //! are not folded (the step stays, as it was).
 
 use super::exec::{ExecOptions, Executor};
-use super::{Artifact, ArtifactHeader, Program};
+use super::{Artifact, ArtifactHeader, Program, Step};
 use fxhlo_ir::Weights;
 use std::collections::BTreeMap;
 
@@ -23,11 +23,13 @@ fn folded_name(step: usize, j: usize) -> String {
     format!("{FOLDED_PREFIX}{step}.{j}")
 }
 
-/// Folds the steps of `program` that read only constants (see the module doc), in order, so a
-/// step whose constant sources were just folded folds as well; their results are added to
-/// `constants`, and constants no step or output reads any more are dropped from both. Returns
-/// the names of the folded steps' first nodes. An error means a step failed on its constant
-/// operands: the compiler reports it, as the run would have.
+/// Folds the steps of `program` that read only constants (see the module doc), so a step
+/// whose constant sources are results of folded steps folds as well; their results are added
+/// to `constants`, and constants no step or output reads any more are dropped from both.
+/// Returns the names of the folded steps' first nodes. The folded steps run as one program, on
+/// a thread of their own (so the caller's thread keeps its own pool for the executors it
+/// makes). An error means a step failed on its constant operands: the compiler reports it, as
+/// the run would have.
 pub fn fold_constant_steps(
     program: &mut Program,
     constants: &mut Weights,
@@ -37,81 +39,102 @@ pub fn fold_constant_steps(
     for &(v, _) in &program.constants {
         is_const[v as usize] = true;
     }
-    let is_output = |v: u32| program.outputs.contains(&v);
-    let mut folded = vec![];
-    let mut kept = Vec::with_capacity(program.steps.len());
-    for (i, step) in std::mem::take(&mut program.steps).into_iter().enumerate() {
-        let foldable = step.srcs.iter().all(|&v| is_const[v as usize])
-            && !step.dsts.iter().any(|&v| is_output(v))
-            && step
-                .dsts
-                .iter()
-                .map(|&v| program.values[v as usize].numel())
-                .try_fold(0usize, |a, e| a.checked_add(e))
-                .is_some_and(|e| e <= FOLD_MAX_ELEMS);
-        if !foldable {
-            kept.push(step);
-            continue;
-        }
-        // A program of this step alone, its sources as constants, its results as outputs.
-        let names: BTreeMap<u32, &String> =
-            program.constants.iter().map(|(v, s)| (*v, s)).collect();
-        let mut srcs: Vec<u32> = step.srcs.clone();
-        srcs.sort_unstable();
-        srcs.dedup();
-        let one = Program {
-            values: program.values.clone(),
-            inputs: vec![],
-            constants: srcs.iter().map(|&v| (v, names[&v].clone())).collect(),
-            outputs: step.dsts.clone(),
-            steps: vec![step.clone()],
-        };
-        let weights: Weights = srcs
+    // The steps to fold, in order.
+    let mut fold = vec![false; program.steps.len()];
+    for (i, step) in program.steps.iter().enumerate() {
+        let elems = step
+            .dsts
             .iter()
-            .map(|v| (names[v].clone(), constants[names[v]].clone()))
-            .collect();
-        let artifact = Artifact {
-            header: ArtifactHeader {
-                compiler_version: String::new(),
-                opt_level: 0,
-                program: one,
-                graph: String::new(),
-                stablehlo: Err("a folded step".into()),
-            },
-            constants: weights,
-        };
-        let what = |e: &dyn std::fmt::Display| {
-            format!("step '{}' on its constant operands: {e}", step.name())
-        };
-        let opts = ExecOptions {
-            threads: Some(1),
-            max_memory: None,
-        };
-        let ex = Executor::new(artifact, &opts).map_err(|e| what(&e))?;
-        let results = ex.run(&BTreeMap::new()).map_err(|e| what(&e))?;
-        for (j, (&v, t)) in step.dsts.iter().zip(results).enumerate() {
-            let name = folded_name(i, j);
-            program.constants.push((v, name.clone()));
-            constants.insert(name, t);
-            is_const[v as usize] = true;
+            .map(|&v| program.values[v as usize].numel())
+            .try_fold(0usize, |a, e| a.checked_add(e));
+        fold[i] = step.srcs.iter().all(|&v| is_const[v as usize])
+            && !step.dsts.iter().any(|v| program.outputs.contains(v))
+            && elems.is_some_and(|e| e <= FOLD_MAX_ELEMS);
+        if fold[i] {
+            step.dsts.iter().for_each(|&v| is_const[v as usize] = true);
         }
-        folded.push(step.name().to_string());
     }
-    program.steps = kept;
+    if !fold.contains(&true) {
+        return Ok(vec![]);
+    }
+    // One program of those steps: the constants they read, their results as outputs.
+    let steps: Vec<(usize, &Step)> = (program.steps.iter().enumerate())
+        .filter(|&(i, _)| fold[i])
+        .collect();
+    let results: Vec<(u32, String)> = steps
+        .iter()
+        .flat_map(|&(i, s)| (s.dsts.iter().enumerate()).map(move |(j, &v)| (v, folded_name(i, j))))
+        .collect();
+    let mut read: Vec<u32> = steps
+        .iter()
+        .flat_map(|(_, s)| s.srcs.iter().copied())
+        .collect();
+    read.sort_unstable();
+    read.dedup();
+    let made: std::collections::BTreeSet<u32> = results.iter().map(|(v, _)| *v).collect();
+    let mut used = vec![];
+    let mut weights = Weights::new();
+    for (v, name) in &program.constants {
+        if read.binary_search(v).is_ok() && !made.contains(v) {
+            let t = constants
+                .get(name)
+                .ok_or_else(|| format!("constant '{name}' is missing"))?;
+            weights.insert(name.clone(), t.clone());
+            used.push((*v, name.clone()));
+        }
+    }
+    let artifact = Artifact {
+        header: ArtifactHeader {
+            compiler_version: String::new(),
+            opt_level: 0,
+            program: Program {
+                values: program.values.clone(),
+                inputs: vec![],
+                constants: used,
+                outputs: results.iter().map(|(v, _)| *v).collect(),
+                steps: steps.iter().map(|(_, s)| (*s).clone()).collect(),
+            },
+            graph: String::new(),
+            stablehlo: Err("steps of constants only".into()),
+        },
+        constants: weights,
+    };
+    let names: Vec<String> = steps.iter().map(|(_, s)| s.name().to_string()).collect();
+    let tensors = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let opts = ExecOptions {
+                threads: Some(1),
+                max_memory: None,
+            };
+            let ex = Executor::new(artifact, &opts)?;
+            ex.run(&BTreeMap::new())
+        })
+        .join()
+    })
+    .map_err(|_| "a step of constants only panicked".to_string())?
+    .map_err(|e| format!("steps of constants only ({}): {e}", names.join(", ")))?;
+    for ((v, name), t) in results.into_iter().zip(tensors) {
+        program.constants.push((v, name.clone()));
+        constants.insert(name, t);
+    }
+    let mut i = 0;
+    program.steps.retain(|_| {
+        i += 1;
+        !fold[i - 1]
+    });
     // Constants only the folded steps read.
     let mut read = vec![false; n];
     for s in &program.steps {
-        for &v in &s.srcs {
-            read[v as usize] = true;
-        }
+        s.srcs.iter().for_each(|&v| read[v as usize] = true);
     }
-    for &v in &program.outputs {
-        read[v as usize] = true;
-    }
+    program
+        .outputs
+        .iter()
+        .for_each(|&v| read[v as usize] = true);
     program.constants.retain(|(v, _)| read[*v as usize]);
     // (Tied weights: one name may stand for several values.)
-    let names: std::collections::BTreeSet<&String> =
+    let names_left: std::collections::BTreeSet<&String> =
         program.constants.iter().map(|(_, s)| s).collect();
-    constants.retain(|name, _| names.contains(name));
-    Ok(folded)
+    constants.retain(|name, _| names_left.contains(name));
+    Ok(names)
 }
