@@ -644,6 +644,50 @@ fn steps_of_constants_only_run_at_compile_time() {
         c.artifact.header.program.clone(),
         c.artifact.constants.clone(),
     );
-    assert!(fold_constant_steps(&mut p2, &mut w2).unwrap().is_empty());
+    assert!(fold_constant_steps(&mut p2, &mut w2, &|_| true)
+        .unwrap()
+        .is_empty());
     assert_eq!(p2, c.artifact.header.program);
+}
+
+/// A random op reads no tensor, yet its step is not folded (its values belong to the run: the
+/// interpreter draws them from the run's seed), while the `arange` beside it, pure, may fold.
+#[test]
+fn steps_of_random_ops_are_not_folded() {
+    let json = br#"{
+      "format": "fxhlo-graph", "version": 1,
+      "inputs": [{"name": "x", "kind": "user_input", "type": {"dtype": "f32", "shape": [64]}}],
+      "nodes": [
+        {"name": "r", "op": "aten.rand.default", "args": {"size": {"ints": [64]}, "dtype": {"dtype": "f32"}},
+         "results": [{"name": "r", "type": {"dtype": "f32", "shape": [64]}}]},
+        {"name": "a", "op": "aten.arange.start_step", "args": {"start": {"int": 0}, "end": {"int": 64}, "dtype": {"dtype": "f32"}},
+         "results": [{"name": "a", "type": {"dtype": "f32", "shape": [64]}}]},
+        {"name": "y", "op": "aten.mul.Tensor", "args": {"self": {"tensor": "x"}, "other": {"tensor": "r"}},
+         "results": [{"name": "y", "type": {"dtype": "f32", "shape": [64]}}]},
+        {"name": "z", "op": "aten.add.Tensor", "args": {"self": {"tensor": "y"}, "other": {"tensor": "a"}},
+         "results": [{"name": "z", "type": {"dtype": "f32", "shape": [64]}}]}
+      ],
+      "outputs": ["z"]
+    }"#;
+    let model = fxhlo::model_from_fxjson(json, Default::default()).unwrap();
+    let c = fxhlo::compile_with(&model, &CompileOptions::default(), &mut |_, _| {}).unwrap();
+    let p = &c.artifact.header.program;
+    assert!(
+        p.steps.iter().any(|s| s.nodes.iter().any(|n| n == "r")),
+        "{:?}",
+        p.steps
+    );
+    assert!(!c.report.folded.iter().any(|n| n == "r"), "{:?}", c.report);
+    let x = fxhlo_ir::HostTensor {
+        dtype: fxhlo_ir::DType::F32,
+        shape: vec![64],
+        bytes: [1f32; 64].iter().flat_map(|v| v.to_le_bytes()).collect(),
+    };
+    let inputs: fxhlo_ir::Weights = [("x".to_string(), x)].into_iter().collect();
+    let got = executor(c.artifact, 1).run(&inputs).unwrap();
+    // z = x * r + a with x = 1 and r in [0, 1): element i lies in [i, i + 1).
+    for (i, v) in got[0].bytes.chunks_exact(4).enumerate() {
+        let v = f32::from_le_bytes(v.try_into().unwrap());
+        assert!((i as f32..i as f32 + 1.0).contains(&v), "z[{i}] = {v}");
+    }
 }

@@ -166,9 +166,18 @@ fn compile_impl(
         .iter()
         .filter_map(|(_, name)| weight(name).map(|t| (name.clone(), t)))
         .collect();
-    // Steps that read only constants run now; their results become constants.
-    let folded = fxhlo_runtime::fast::fold::fold_constant_steps(&mut program, &mut constants)
-        .map_err(DriverError::Other)?;
+    // Steps that read only constants run now; their results become constants. Not those of
+    // random ops, whose values belong to the run.
+    let random: std::collections::HashSet<&str> = (m.graph.nodes.iter())
+        .filter(
+            |n| matches!(n.kind, fxhlo_ir::NodeKind::Op(op) if fxhlo_passes::cse::is_random(op)),
+        )
+        .map(|n| n.name.as_str())
+        .collect();
+    let pure = |s: &fxhlo_runtime::fast::Step| !s.nodes.iter().any(|n| random.contains(n.as_str()));
+    let folded =
+        fxhlo_runtime::fast::fold::fold_constant_steps(&mut program, &mut constants, &pure)
+            .map_err(DriverError::Other)?;
     report.fallbacks.retain(|(name, _)| !folded.contains(name));
     report.by_kind.clear();
     for s in &program.steps {

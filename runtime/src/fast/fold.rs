@@ -2,8 +2,8 @@
 //! mask built from `arange`, `full` and `index` ops, which depend on the shapes alone) is run
 //! once, by the same kernels a run would use, and its results become constants of the
 //! artifact. Its step is gone from the program, so a run neither computes it nor falls back to
-//! the interpreter for it. Results of more than [`FOLD_MAX_ELEMS`] elements and program outputs
-//! are not folded (the step stays, as it was).
+//! the interpreter for it. Results of more than [`FOLD_MAX_ELEMS`] elements, program outputs
+//! and steps of random ops are not folded (the step stays, as it was).
 
 use super::exec::{ExecOptions, Executor};
 use super::{Artifact, ArtifactHeader, Program, Step};
@@ -30,9 +30,13 @@ fn folded_name(step: usize, j: usize) -> String {
 /// a thread of their own (so the caller's thread keeps its own pool for the executors it
 /// makes). An error means a step failed on its constant operands: the compiler reports it, as
 /// the run would have.
+///
+/// `pure(step)` says whether a step gives the same results on every run: steps of random ops
+/// (and of `empty`) must not be folded.
 pub fn fold_constant_steps(
     program: &mut Program,
     constants: &mut Weights,
+    pure: &dyn Fn(&Step) -> bool,
 ) -> Result<Vec<String>, String> {
     let n = program.values.len();
     let mut is_const = vec![false; n];
@@ -48,6 +52,7 @@ pub fn fold_constant_steps(
             .map(|&v| program.values[v as usize].numel())
             .try_fold(0usize, |a, e| a.checked_add(e));
         fold[i] = step.srcs.iter().all(|&v| is_const[v as usize])
+            && pure(step)
             && !step.dsts.iter().any(|v| program.outputs.contains(v))
             && elems.is_some_and(|e| e <= FOLD_MAX_ELEMS);
         if fold[i] {
