@@ -178,14 +178,7 @@ fn compile_impl(
     let folded =
         fxhlo_runtime::fast::fold::fold_constant_steps(&mut program, &mut constants, &pure)
             .map_err(DriverError::Other)?;
-    report.fallbacks.retain(|(name, _)| !folded.contains(name));
-    report.by_kind.clear();
-    for s in &program.steps {
-        *report
-            .by_kind
-            .entry(s.kernel.kind().to_string())
-            .or_insert(0) += 1;
-    }
+    report.count(&program.steps);
     report.folded = folded;
     let artifact = fxhlo_runtime::fast::Artifact {
         header: fxhlo_runtime::fast::ArtifactHeader {

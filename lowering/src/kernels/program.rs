@@ -23,6 +23,21 @@ pub struct BuildReport {
     pub folded: Vec<String>,
 }
 
+impl BuildReport {
+    /// Sets the counts by kind and the fallbacks to those of `steps` (`folded` stays as it
+    /// is): after `build_program`, and again once the compiler has folded steps away.
+    pub fn count(&mut self, steps: &[Step]) {
+        self.by_kind.clear();
+        self.fallbacks.clear();
+        for s in steps {
+            *self.by_kind.entry(s.kernel.kind().to_string()).or_insert(0) += 1;
+            if let Kernel::Fallback { reason, .. } = &s.kernel {
+                self.fallbacks.push((s.name().to_string(), reason.clone()));
+            }
+        }
+    }
+}
+
 /// The program's value table under construction.
 pub struct Values<'g> {
     g: &'g Graph,
@@ -166,15 +181,6 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                     vals.ready.insert(*v);
                 }
             }
-            *report
-                .by_kind
-                .entry(s.kernel.kind().to_string())
-                .or_insert(0) += 1;
-            if let Kernel::Fallback { reason, .. } = &s.kernel {
-                report
-                    .fallbacks
-                    .push((s.name().to_string(), reason.clone()));
-            }
             program.steps.push(s);
         }
     }
@@ -182,6 +188,7 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
         program.outputs.push(vals.id(o)?);
     }
     program.values = vals.specs;
+    report.count(&program.steps);
     Ok((program, report))
 }
 

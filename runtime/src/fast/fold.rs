@@ -70,17 +70,14 @@ pub fn fold_constant_steps(
         .iter()
         .flat_map(|&(i, s)| (s.dsts.iter().enumerate()).map(move |(j, &v)| (v, folded_name(i, j))))
         .collect();
-    let mut read: Vec<u32> = steps
-        .iter()
-        .flat_map(|(_, s)| s.srcs.iter().copied())
-        .collect();
-    read.sort_unstable();
-    read.dedup();
-    let made: std::collections::BTreeSet<u32> = results.iter().map(|(v, _)| *v).collect();
+    let mut read = vec![false; n];
+    for (_, s) in &steps {
+        s.srcs.iter().for_each(|&v| read[v as usize] = true);
+    }
     let mut used = vec![];
     let mut weights = Weights::new();
     for (v, name) in &program.constants {
-        if read.binary_search(v).is_ok() && !made.contains(v) {
+        if read[*v as usize] {
             let t = constants
                 .get(name)
                 .ok_or_else(|| format!("constant '{name}' is missing"))?;
@@ -122,11 +119,8 @@ pub fn fold_constant_steps(
         program.constants.push((v, name.clone()));
         constants.insert(name, t);
     }
-    let mut i = 0;
-    program.steps.retain(|_| {
-        i += 1;
-        !fold[i - 1]
-    });
+    let mut folded = fold.iter();
+    program.steps.retain(|_| folded.next() == Some(&false));
     // Constants only the folded steps read.
     let mut read = vec![false; n];
     for s in &program.steps {
