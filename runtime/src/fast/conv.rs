@@ -614,6 +614,12 @@ fn implicit_image(
                     continue;
                 }
                 let (py, px) = (phase / sw, phase % sw);
+                // Columns `lo..hi` of every row lie inside the input row, from input column
+                // `ix0` on (`ix0 >= 0` where `lo < hi`: `lo` is the first column inside).
+                let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
+                let hi = hi.min(wq);
+                let lo = lo.min(hi);
+                let ix0 = ((lo * sw) as isize + off).max(0) as usize;
                 for (r, row) in pp.chunks_exact_mut(wq).take(y1 - y0 + halo).enumerate() {
                     let iy = ((y0 + r) * sh + py).checked_sub(ph).filter(|&iy| iy < h);
                     let Some(iy) = iy else {
@@ -621,17 +627,11 @@ fn implicit_image(
                         continue;
                     };
                     let src = &x[(ci * h + iy) * w..][..w];
-                    // Columns `lo..hi` lie inside the input row, from input column `ix0` on.
-                    let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
-                    let hi = hi.min(wq);
-                    let lo = lo.min(hi);
                     row[..lo].fill(0.0);
                     row[hi..].fill(0.0);
                     if lo == hi {
                         continue;
                     }
-                    // (`ix0 >= 0`: `lo` is the first column inside the row.)
-                    let ix0 = ((lo * sw) as isize + off) as usize;
                     let row = &mut row[lo..hi];
                     if sw == 1 {
                         row.copy_from_slice(&src[ix0..ix0 + row.len()]);
