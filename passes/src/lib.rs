@@ -6,6 +6,7 @@
 
 pub mod canonicalize;
 pub mod composite;
+pub mod conv_bn;
 pub mod cse;
 pub mod dce;
 pub mod egraph;
@@ -46,12 +47,20 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
         "canonicalize" => Box::new(canonicalize::Canonicalize),
         "egraph" => Box::new(egraph::Egraph::default()),
         "composites" => Box::new(composite::CompositePass),
+        "conv-bn" => Box::new(conv_bn::ConvBn),
         _ => return None,
     })
 }
 
 /// Names of every pass, for help texts.
-pub const PASS_NAMES: &[&str] = &["canonicalize", "composites", "cse", "dce", "egraph"];
+pub const PASS_NAMES: &[&str] = &[
+    "canonicalize",
+    "composites",
+    "conv-bn",
+    "cse",
+    "dce",
+    "egraph",
+];
 
 /// Runs a sequence of passes, optionally verifying and printing after each.
 pub struct PassManager {
@@ -64,7 +73,8 @@ pub struct PassManager {
 
 impl PassManager {
     /// The pipeline of an optimization level: `0` runs nothing, `1` cleans up
-    /// (canonicalize, cse, dce), `2` cleans up, runs the e-graph optimizer, cleans up again and
+    /// (canonicalize, cse, dce), `2` cleans up, folds inference batch norms into the
+    /// convolutions before them (`conv-bn`), runs the e-graph optimizer, cleans up again and
     /// records the composite patterns of the result (`composites`, an analysis).
     pub fn for_level(level: u8) -> PassManager {
         PassManager::from_names(Self::level_names(level)).expect("built-in pipeline names exist")
@@ -78,6 +88,7 @@ impl PassManager {
             _ => &[
                 "canonicalize",
                 "cse",
+                "conv-bn",
                 "egraph",
                 "canonicalize",
                 "cse",

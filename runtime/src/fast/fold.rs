@@ -2,16 +2,19 @@
 //! mask built from `arange`, `full` and `index` ops, which depend on the shapes alone) is run
 //! once, by the same kernels a run would use, and its results become constants of the
 //! artifact. Its step is gone from the program, so a run neither computes it nor falls back to
-//! the interpreter for it. Results of more than [`FOLD_MAX_ELEMS`] elements, program outputs
-//! and steps of random ops are not folded (the step stays, as it was).
+//! the interpreter for it. Results of more than [`FOLD_MAX_ELEMS`] elements (unless no larger
+//! than a constant the step reads), program outputs and steps of random ops are not folded
+//! (the step stays, as it was).
 
 use super::exec::{ExecOptions, Executor};
 use super::{Artifact, ArtifactHeader, Program, Step};
 use fxhlo_ir::Weights;
 use std::collections::BTreeMap;
 
-/// Most elements in a folded step's results: a constant is held by every executor of the
-/// artifact and written into the artifact, so a larger result is computed at run time instead.
+/// Most elements in a folded step's results, unless they are no more than in the largest
+/// constant the step reads (convolution weights scaled by a batch norm, which replace the
+/// weights): a constant is held by every executor of the artifact and written into the
+/// artifact, so a result that would grow it past that is computed at run time instead.
 pub const FOLD_MAX_ELEMS: usize = 1 << 20;
 
 /// How the names of folded results begin.
@@ -51,10 +54,14 @@ pub fn fold_constant_steps(
             .iter()
             .map(|&v| program.values[v as usize].numel())
             .try_fold(0usize, |a, e| a.checked_add(e));
+        let largest_src = (step.srcs.iter())
+            .map(|&v| program.values[v as usize].numel())
+            .max()
+            .unwrap_or(0);
         fold[i] = step.srcs.iter().all(|&v| is_const[v as usize])
             && pure(step)
             && !step.dsts.iter().any(|v| program.outputs.contains(v))
-            && elems.is_some_and(|e| e <= FOLD_MAX_ELEMS);
+            && elems.is_some_and(|e| e <= FOLD_MAX_ELEMS.max(largest_src));
         if fold[i] {
             step.dsts.iter().for_each(|&v| is_const[v as usize] = true);
         }
