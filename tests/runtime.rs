@@ -691,3 +691,76 @@ fn steps_of_random_ops_are_not_folded() {
         assert!((i as f32..i as f32 + 1.0).contains(&v), "z[{i}] = {v}");
     }
 }
+
+/// A folded step's results may be as large as the largest constant it reads (a batch norm's
+/// scale applied to convolution weights of any size), but no larger than `FOLD_MAX_ELEMS`
+/// otherwise: a constant broadcast to more elements stays a step of the run. (Both are
+/// operands of a matmul, which takes neither as a prologue, so each is a step of its own.)
+#[test]
+fn steps_of_constants_fold_unless_they_grow_the_artifact() {
+    const K: usize = 1024;
+    const N: usize = fxhlo_runtime::fast::fold::FOLD_MAX_ELEMS / K + 1;
+    let json = format!(
+        r#"{{
+      "format": "fxhlo-graph", "version": 1, "weights": "w.safetensors",
+      "inputs": [{{"name": "x", "kind": "user_input", "type": {{"dtype": "f32", "shape": [1, {K}]}}}},
+                 {{"name": "w", "kind": "parameter", "target": "w", "type": {{"dtype": "f32", "shape": [{K}, {N}]}}}},
+                 {{"name": "c", "kind": "parameter", "target": "c", "type": {{"dtype": "f32", "shape": [{N}]}}}},
+                 {{"name": "s", "kind": "parameter", "target": "s", "type": {{"dtype": "f32", "shape": [1]}}}}],
+      "nodes": [
+        {{"name": "scaled", "op": "aten.mul.Tensor", "args": {{"self": {{"tensor": "w"}}, "other": {{"tensor": "c"}}}},
+         "results": [{{"name": "scaled", "type": {{"dtype": "f32", "shape": [{K}, {N}]}}}}]}},
+        {{"name": "wide", "op": "aten.expand.default", "args": {{"self": {{"tensor": "s"}}, "size": {{"ints": [{K}, {N}]}}}},
+         "results": [{{"name": "wide", "type": {{"dtype": "f32", "shape": [{K}, {N}]}}}}]}},
+        {{"name": "wide1", "op": "aten.add.Scalar", "args": {{"self": {{"tensor": "wide"}}, "other": {{"float": 1.0}}}},
+         "results": [{{"name": "wide1", "type": {{"dtype": "f32", "shape": [{K}, {N}]}}}}]}},
+        {{"name": "y", "op": "aten.mm.default", "args": {{"self": {{"tensor": "x"}}, "mat2": {{"tensor": "scaled"}}}},
+         "results": [{{"name": "y", "type": {{"dtype": "f32", "shape": [1, {N}]}}}}]}},
+        {{"name": "z", "op": "aten.mm.default", "args": {{"self": {{"tensor": "x"}}, "mat2": {{"tensor": "wide1"}}}},
+         "results": [{{"name": "z", "type": {{"dtype": "f32", "shape": [1, {N}]}}}}]}},
+        {{"name": "out", "op": "aten.add.Tensor", "args": {{"self": {{"tensor": "y"}}, "other": {{"tensor": "z"}}}},
+         "results": [{{"name": "out", "type": {{"dtype": "f32", "shape": [1, {N}]}}}}]}}
+      ],
+      "outputs": ["out"]
+    }}"#
+    );
+    let f32s = |shape: Vec<usize>, f: &dyn Fn(usize) -> f32| fxhlo_ir::HostTensor {
+        dtype: fxhlo_ir::DType::F32,
+        bytes: (0..shape.iter().product::<usize>())
+            .flat_map(|i| f(i).to_le_bytes())
+            .collect(),
+        shape,
+    };
+    // Small integers: every sum below is exact in any order.
+    let weights: fxhlo_ir::Weights = [
+        ("w".to_string(), f32s(vec![K, N], &|i| (i % 7) as f32)),
+        ("c".to_string(), f32s(vec![N], &|_| 2.0)),
+        ("s".to_string(), f32s(vec![1], &|_| 0.5)),
+    ]
+    .into_iter()
+    .collect();
+    let model = fxhlo::model_from_fxjson(json.as_bytes(), weights).unwrap();
+    let c = fxhlo::compile_with(&model, &CompileOptions::default(), &mut |_, _| {}).unwrap();
+    assert!(
+        c.report.folded.iter().any(|f| f == "scaled"),
+        "{:?}",
+        c.report.folded
+    );
+    let p = &c.artifact.header.program;
+    assert!(
+        p.steps.iter().any(|s| s.nodes.iter().any(|n| n == "wide1")),
+        "the broadcast of `s` was folded: {:?}",
+        c.report.folded
+    );
+    let inputs: fxhlo_ir::Weights = [("x".to_string(), f32s(vec![1, K], &|i| (i % 3) as f32))]
+        .into_iter()
+        .collect();
+    let got = executor(c.artifact, 1).run(&inputs).unwrap();
+    for (j, v) in got[0].bytes.chunks_exact(4).enumerate() {
+        let v = f32::from_le_bytes(v.try_into().unwrap());
+        let want: f32 = (0..K)
+            .map(|i| (i % 3) as f32 * ((i * N + j) % 7) as f32 * 2.0 + (i % 3) as f32 * 1.5)
+            .sum();
+        assert_eq!(v, want, "out[{j}]");
+    }
+}
