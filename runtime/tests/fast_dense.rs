@@ -1003,6 +1003,16 @@ fn max_pool_matches_interpreter() {
         ([11, 10], [3, 3], [2, 3], [1, 0], [2, 3], false),
         ([1, 1], [1, 1], [1, 1], [0, 0], [1, 1], false),
         ([5, 5], [5, 5], [1, 1], [2, 2], [1, 1], false),
+        // Column stride 2 (one permute of two loads per tap on AVX-512): odd and even kernel
+        // widths, padding, rows of odd and even width, the last window cut by ceil_mode, and
+        // rows of more than 16 outputs (several runs of 16, the last one partial).
+        ([9, 10], [3, 5], [2, 2], [1, 2], [1, 1], true),
+        ([6, 11], [2, 4], [2, 2], [0, 1], [1, 1], false),
+        ([5, 8], [1, 1], [2, 2], [0, 0], [1, 1], false),
+        ([7, 7], [3, 3], [2, 2], [0, 0], [1, 1], true),
+        ([8, 13], [2, 3], [1, 2], [1, 1], [1, 1], true),
+        ([5, 75], [3, 3], [2, 2], [1, 1], [1, 1], false),
+        ([4, 64], [3, 7], [1, 2], [1, 3], [1, 1], true),
     ] {
         let spec = PoolSpec::new(PoolKind::Max, 6, hw, k, s, p, d, ceil).unwrap();
         let mut x = rnd(spec.input_len(), 5);

@@ -271,9 +271,67 @@ fn max_range(o: usize, s: usize, p: usize, k: usize, d: usize, n: usize) -> (usi
 
 super::simd::multiversion! {
     /// Max pooling of one plane without indices: whole rows of taps at a time, so the loop
-    /// over output columns vectorizes (strided loads); the columns whose window crosses the
-    /// padding go one by one. Same values as the indexed path (NaN wins, as in PyTorch).
+    /// over output columns vectorizes (strided loads; with column stride 2 on AVX-512,
+    /// [`avx512::stride2_row`]); the columns whose window crosses the padding go one by one.
+    /// Each output takes its taps in the same order on every path (rows, then columns), so
+    /// the values are the indexed path's (NaN wins, as in PyTorch).
     fn max_plane(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) => max_plane_body
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `math::max_nan(v, t)` on 16 lanes, bitwise.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn max_nan(v: __m512, t: __m512) -> __m512 {
+        let m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, t), t, v);
+        let m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(t, t), t);
+        _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), v)
+    }
+
+    /// One input row's taps into a run of outputs whose windows lie inside the row, for
+    /// column stride 2 and dilation 1: `out[j] = max_nan(out[j], row[first + 2j + kx])` for
+    /// `kx` in `0..kw`, in that order (the portable loop's, so the same bits). Sixteen outputs
+    /// take one permute of two loads per tap (`vpermt2ps` picking the even elements), instead
+    /// of strided loads the compiler makes element by element.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `first + 2 * (out.len() - 1) + kw - 1 < row.len()`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn stride2_row(out: &mut [f32], row: &[f32], first: usize, kw: usize) {
+        let n = out.len();
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let (rp, op) = (row.as_ptr(), out.as_mut_ptr());
+        // Row elements `at..at + 16` under a mask of those inside the row (others load 0,
+        // and only feed lanes past the outputs').
+        let load = |at: usize| {
+            let k = row.len().saturating_sub(at).min(16);
+            let mask = if k == 16 {
+                !0
+            } else {
+                ((1u32 << k) - 1) as __mmask16
+            };
+            // SAFETY: the masked lanes lie inside `row`.
+            unsafe { _mm512_maskz_loadu_ps(mask, rp.add(at.min(row.len()))) }
+        };
+        let mut j = 0;
+        while j < n {
+            let k = (n - j).min(16);
+            let mask: __mmask16 = if k == 16 { !0 } else { (1u16 << k) - 1 };
+            // SAFETY: `j + k <= n` outputs.
+            let mut v = unsafe { _mm512_maskz_loadu_ps(mask, op.add(j)) };
+            for kx in 0..kw {
+                let at = first + 2 * j + kx;
+                let t = _mm512_permutex2var_ps(load(at), even, load(at + 16));
+                v = max_nan(v, t);
+            }
+            // SAFETY: as above.
+            unsafe { _mm512_mask_storeu_ps(op.add(j), mask, v) };
+            j += 16;
+        }
+    }
 }
 
 #[inline(always)]
@@ -298,6 +356,15 @@ fn max_plane_body(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) {
         let mut y = y0;
         while y < y1 {
             let row = &xp[y * iw..(y + 1) * iw];
+            #[cfg(target_arch = "x86_64")]
+            if hi > lo && sw == 2 && dw == 1 && super::simd::has_avx512() {
+                // SAFETY: the CPU has AVX-512F; the windows of outputs `lo..hi` lie inside
+                // the row, so the last tap `(hi - 1) * 2 - pw + kw - 1` is in it.
+                unsafe { avx512::stride2_row(&mut orow[lo..hi], row, lo * 2 - pw, kw) };
+                edge_columns(orow, row, (lo, hi), spec);
+                y += dh;
+                continue;
+            }
             if hi > lo && kw == 2 && sw == 2 && dw == 1 {
                 // The usual 2x2/2 window: both taps of each column from one pair of floats
                 // (contiguous loads the compiler deinterleaves).
@@ -315,15 +382,28 @@ fn max_plane_body(spec: &PoolSpec, xp: &[f32], o: &mut [f32]) {
                     }
                 }
             }
-            for ox in (0..lo).chain(hi..ow) {
-                let (x0, x1) = max_range(ox, sw, pw, kw, dw, iw);
-                let mut xx = x0;
-                while xx < x1 {
-                    orow[ox] = math::max_nan(orow[ox], row[xx]);
-                    xx += dw;
-                }
-            }
+            edge_columns(orow, row, (lo, hi), spec);
             y += dh;
+        }
+    }
+}
+
+/// One input row's taps into the outputs outside `lo..hi` (whose windows cross the padding),
+/// one by one.
+#[inline(always)]
+fn edge_columns(orow: &mut [f32], row: &[f32], (lo, hi): (usize, usize), spec: &PoolSpec) {
+    let (sw, pw, kw, dw) = (
+        spec.stride[1],
+        spec.padding[1],
+        spec.kernel[1],
+        spec.dilation[1],
+    );
+    for ox in (0..lo).chain(hi..orow.len()) {
+        let (x0, x1) = max_range(ox, sw, pw, kw, dw, spec.w);
+        let mut xx = x0;
+        while xx < x1 {
+            orow[ox] = math::max_nan(orow[ox], row[xx]);
+            xx += dw;
         }
     }
 }
