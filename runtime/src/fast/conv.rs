@@ -505,6 +505,19 @@ fn gemm_image(
             transposed(Mat::new(xg[p0..].as_ptr(), 1, hw as isize));
         } else if pointwise {
             run(&xg[p0..], hw, false);
+        } else if wt.is_some() && gathers_rows(spec) {
+            // Few positions: row `l` of the im2col matrix as `nt` values at `l * nt` (the
+            // transposed product's `A`), no zero columns up to the panel width.
+            let mut cols =
+                SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), LineVec::new(64)));
+            let data = sgemm::aligned(&mut cols, kdim * nt);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `gathers_rows` checked the CPU; `data` holds `kdim` rows of `nt`.
+            unsafe {
+                im2col_gather(spec, xg, cin_g, p0, nt, Dest::Rows(&mut *data))
+            };
+            transposed(Mat::new(data.as_ptr(), 1, nt as isize));
+            SCRATCH.with(|s| *s.borrow_mut() = cols);
         } else {
             // im2col straight into the GEMM's packed layout.
             let len = PackedB::len_for(kdim, nt);
@@ -790,14 +803,35 @@ impl<'a> Packed<'a> {
 /// The im2col slice of output positions `p0..p0 + nt` for one group: row
 /// `(ci * kh + ky) * kw + kx`, column `q`, is the input at the tap of output position `p0 + q`,
 /// or 0 in the padding.
+/// Where [`im2col_gather`] writes the im2col matrix.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum Dest<'a, 'b> {
+    /// The GEMM's packed layout (panels of `nr` columns, zero past `nt`).
+    Packed(&'a mut Packed<'b>),
+    /// Row `l` as the `nt <= 16` values at `l * nt`.
+    Rows(&'a mut [f32]),
+}
+
+/// Whether [`im2col_gather`] builds this convolution's im2col matrix: output rows shorter
+/// than 16 positions, on an AVX-512 CPU.
+fn gathers_rows(spec: &ConvSpec) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return spec.ow < 16 && super::simd::has_avx512();
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = spec;
+        false
+    }
+}
+
 fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, dst: &mut Packed<'_>) {
     #[cfg(target_arch = "x86_64")]
     {
         if super::simd::has_avx512() {
             // SAFETY: the CPU has these features (checked just above).
             unsafe {
-                if spec.ow < 16 && dst.nr.is_multiple_of(16) {
-                    im2col_gather(spec, xg, cin_g, p0, nt, dst);
+                if gathers_rows(spec) && dst.nr.is_multiple_of(16) {
+                    im2col_gather(spec, xg, cin_g, p0, nt, Dest::Packed(dst));
                 } else {
                     im2col_avx512(spec, xg, cin_g, p0, nt, dst);
                 }
@@ -832,7 +866,8 @@ unsafe fn im2col_avx512(
 /// the matrix is one operation per 16 columns, from index vectors made once per tile for each
 /// kernel tap `(ky, kx)`: a permute of the channel's plane where it fits four registers (64
 /// values), else a masked gather from it. A lane whose tap lies in the padding, or past `nt`,
-/// is masked off and written as zero.
+/// is masked off and written as zero. Into the GEMM's packed layout, or (at most 16 positions)
+/// as rows of `nt` values ([`Dest`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn im2col_gather(
@@ -841,15 +876,22 @@ unsafe fn im2col_gather(
     cin_g: usize,
     p0: usize,
     nt: usize,
-    dst: &mut Packed<'_>,
+    dst: Dest<'_, '_>,
 ) {
     use std::arch::x86_64::*;
     let (h, w, ow) = (spec.h, spec.w, spec.ow);
     let [sh, sw] = spec.stride;
     let [ph, pw] = spec.padding;
     let [dh, dw] = spec.dilation;
-    let (k, nr) = (dst.k, dst.nr);
-    let np = dst.n.next_multiple_of(nr);
+    let k = cin_g * spec.kh * spec.kw;
+    let (nr, rows_mask) = match &dst {
+        Dest::Packed(p) => (p.nr, !0),
+        Dest::Rows(r) => {
+            assert!(nt <= 16 && r.len() >= k * nt, "rows of {nt} positions");
+            (16, ((1u32 << nt) - 1) as __mmask16)
+        }
+    };
+    let np = nt.next_multiple_of(nr);
     let groups = np / 16;
     // Per tap and group of 16 columns: the taps' offsets in a channel's plane, and which lie
     // inside it.
@@ -874,7 +916,10 @@ unsafe fn im2col_gather(
         }
     }
     let kb = sgemm::kc_for(k);
-    let data = dst.data.as_mut_ptr();
+    let (data, packed) = match dst {
+        Dest::Packed(p) => (p.data.as_mut_ptr(), true),
+        Dest::Rows(r) => (r.as_mut_ptr(), false),
+    };
     let (mut b0, mut lb) = (0, 0);
     // A plane of at most 64 values (a late layer's input of 8x8 or less) is held in up to
     // four registers, which each row permutes instead of gathering from memory.
@@ -899,7 +944,11 @@ unsafe fn im2col_gather(
             let row = b0 * np + lb * nr;
             for g in 0..groups {
                 let (c0, m) = (16 * g, valid[t * groups + g]);
-                let at = row + (c0 / nr) * nr * kcb + c0 % nr;
+                let at = if packed {
+                    row + (c0 / nr) * nr * kcb + c0 % nr
+                } else {
+                    (ci * taps + t) * nt
+                };
                 // SAFETY: the set lanes' offsets lie inside the plane (checked above); `at +
                 // 16` is within the row's panel, inside the `k * np` packed elements.
                 unsafe {
@@ -921,7 +970,7 @@ unsafe fn im2col_gather(
                     } else {
                         _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, plane)
                     };
-                    _mm512_storeu_ps(data.add(at), v);
+                    _mm512_mask_storeu_ps(data.add(at), rows_mask, v);
                 }
             }
             lb += 1;
@@ -1156,10 +1205,33 @@ mod tests {
                 im2col_body::<crate::fast::simd::PlainMoves>(&spec, &x, cin, p0, nt, plain);
                 // SAFETY: the CPU has AVX-512 (checked above).
                 unsafe {
-                    im2col_gather(&spec, &x, cin, p0, nt, &mut Packed::new(&mut got, kdim, nt))
+                    im2col_gather(
+                        &spec,
+                        &x,
+                        cin,
+                        p0,
+                        nt,
+                        Dest::Packed(&mut Packed::new(&mut got, kdim, nt)),
+                    )
                 };
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "{spec:?} positions {p0}+{nt}");
+                if nt <= 16 {
+                    // As rows of `nt` values: the packed matrix's first `nt` columns (one
+                    // panel of `nr >= 16`: row `l` at `l * nr`).
+                    let nr = sgemm::arch().nr;
+                    let mut rows = vec![f32::NAN; kdim * nt + 3];
+                    // SAFETY: as above.
+                    unsafe { im2col_gather(&spec, &x, cin, p0, nt, Dest::Rows(&mut rows)) };
+                    let want_rows: Vec<f32> = (0..kdim)
+                        .flat_map(|l| want[l * nr..l * nr + nt].iter().copied())
+                        .collect();
+                    assert_eq!(bits(&rows[..kdim * nt]), bits(&want_rows), "{spec:?} rows");
+                    assert!(
+                        rows[kdim * nt..].iter().all(|v| v.is_nan()),
+                        "{spec:?} past"
+                    );
+                }
             }
         }
     }
