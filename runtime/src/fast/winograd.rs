@@ -34,7 +34,6 @@ use super::gemm::Tile;
 use super::memory::LineVec;
 use super::sgemm::{self, Mat, PackedA};
 use super::SendPtr;
-use rayon::prelude::*;
 use std::cell::RefCell;
 
 /// Lanes of the implicit GEMM's micro-panels: tile rows are padded to a multiple of this.
@@ -154,7 +153,7 @@ pub(crate) fn image(
     let per_row = 16 * (spec.cin + spec.cout) * tw16 * 4;
     let rows = (JOB_BYTES / per_row).clamp(1, th);
     let jobs = th.div_ceil(rows);
-    (0..jobs).into_par_iter().for_each(|j| {
+    super::conv::for_jobs(spec, jobs, |j| {
         let ty0 = j * rows;
         let ty1 = (ty0 + rows).min(th);
         BUFS.with(|b| {
