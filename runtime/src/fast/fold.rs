@@ -81,14 +81,34 @@ pub fn fold_constant_steps(
     for (_, s) in &steps {
         s.srcs.iter().for_each(|&v| read[v as usize] = true);
     }
+    // Constants a step left or an output reads stay; the others (a convolution's weights
+    // that a batch norm scales) move into the folding run instead of being copied. One name
+    // may stand for several values (tied weights).
+    let mut stays = vec![false; n];
+    for (s, _) in program.steps.iter().zip(&fold).filter(|(_, &f)| !f) {
+        s.srcs.iter().for_each(|&v| stays[v as usize] = true);
+    }
+    program
+        .outputs
+        .iter()
+        .for_each(|&v| stays[v as usize] = true);
+    let kept_names: std::collections::BTreeSet<&String> = (program.constants.iter())
+        .filter(|(v, _)| stays[*v as usize])
+        .map(|(_, name)| name)
+        .collect();
     let mut used = vec![];
     let mut weights = Weights::new();
     for (v, name) in &program.constants {
         if read[*v as usize] {
-            let t = constants
-                .get(name)
-                .ok_or_else(|| format!("constant '{name}' is missing"))?;
-            weights.insert(name.clone(), t.clone());
+            if !weights.contains_key(name) {
+                let t = if kept_names.contains(name) {
+                    constants.get(name).cloned()
+                } else {
+                    constants.remove(name)
+                };
+                let t = t.ok_or_else(|| format!("constant '{name}' is missing"))?;
+                weights.insert(name.clone(), t);
+            }
             used.push((*v, name.clone()));
         }
     }
