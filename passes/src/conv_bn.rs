@@ -127,15 +127,21 @@ fn foldable(g: &Graph) -> HashMap<usize, Pair> {
 }
 
 /// The graph again, each pair's convolution and batch norm replaced by the scale and bias
-/// computations and a convolution of the scaled weights, at the batch norm's place.
-fn rebuild(g: &mut Graph, pairs: &HashMap<usize, Pair>) -> Result<(), IrError> {
+/// computations and a convolution of the scaled weights, at the batch norm's place. Built
+/// beside the old graph, which is left as it was on an error.
+fn rebuild(graph: &mut Graph, pairs: &HashMap<usize, Pair>) -> Result<(), IrError> {
     let folded_convs: HashSet<usize> = pairs.values().map(|p| p.conv).collect();
-    let mut names: HashSet<String> = g
+    let mut names: HashSet<String> = graph
         .nodes
         .iter()
         .flat_map(|n| std::iter::once(n.name.clone()).chain(n.result_names.iter().cloned()))
         .collect();
-    let old = std::mem::take(&mut g.nodes);
+    let old = &graph.nodes;
+    let mut g = Graph {
+        nodes: Vec::with_capacity(old.len()),
+        outputs: graph.outputs.clone(),
+    };
+    let g = &mut g;
     // Where each old value is now.
     let mut map: HashMap<ValueRef, ValueRef> = HashMap::new();
     let remap = |map: &HashMap<ValueRef, ValueRef>, v: &mut ValueRef| {
@@ -241,6 +247,7 @@ fn rebuild(g: &mut Graph, pairs: &HashMap<usize, Pair>) -> Result<(), IrError> {
         map.insert(ValueRef::new(i, 0), ValueRef::new(here, 0));
     }
     g.outputs.iter_mut().for_each(|v| remap(&map, v));
+    *graph = std::mem::take(g);
     Ok(())
 }
 
