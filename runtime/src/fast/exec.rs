@@ -607,9 +607,9 @@ impl Executor {
                     srcs.push(view);
                 }
                 let timed = self.profiling.load(std::sync::atomic::Ordering::Relaxed);
-                let t0 = std::time::Instant::now();
+                let t0 = timed.then(std::time::Instant::now);
                 self.run_step(i, step, &srcs, &mut dst_bufs)?;
-                if timed {
+                if let Some(t0) = t0 {
                     if let Ok(mut v) = self.step_secs.lock() {
                         if let Some(t) = v.get_mut(i) {
                             *t += t0.elapsed().as_secs_f64();
