@@ -153,13 +153,7 @@ fn rebuild(graph: &mut Graph, pairs: &HashMap<usize, Pair>) -> Result<(), IrErro
         if folded_convs.contains(&i) {
             continue;
         }
-        for a in &mut n.args {
-            match a {
-                Arg::Tensor(v) => remap(&map, v),
-                Arg::Tensors(vs) => vs.iter_mut().flatten().for_each(|v| remap(&map, v)),
-                _ => {}
-            }
-        }
+        crate::rewrite::for_each_value_mut(&mut n.args, |v| remap(&map, v));
         let Some(p) = pairs.get(&i) else {
             let here = g.nodes.len();
             for k in 0..n.results.len() {
@@ -205,11 +199,11 @@ fn rebuild(graph: &mut Graph, pairs: &HashMap<usize, Pair>) -> Result<(), IrErro
                 name,
             )
         };
-        let bias = match (p.conv_bias, p.beta) {
-            (Some(c), beta) => {
+        let bias = match p.conv_bias {
+            Some(c) => {
                 let d = sub(&mut b, at(c), at(p.mean), "centered_bias")?;
                 let t = b.push(Op::MulTensor, vec![Arg::Tensor(d), Arg::Tensor(s)], "bias")?;
-                match beta {
+                match p.beta {
                     Some(be) => b.push(
                         Op::AddTensor,
                         vec![Arg::Tensor(t), Arg::Tensor(at(be)), Arg::Int(1)],
@@ -218,13 +212,13 @@ fn rebuild(graph: &mut Graph, pairs: &HashMap<usize, Pair>) -> Result<(), IrErro
                     None => t,
                 }
             }
-            (None, beta) => {
+            None => {
                 let ms = b.push(
                     Op::MulTensor,
                     vec![Arg::Tensor(at(p.mean)), Arg::Tensor(s)],
                     "mean_scaled",
                 )?;
-                match beta {
+                match p.beta {
                     Some(be) => sub(&mut b, at(be), ms, "bias")?,
                     None => b.push(Op::Neg, vec![Arg::Tensor(ms)], "bias")?,
                 }
@@ -241,10 +235,8 @@ fn rebuild(graph: &mut Graph, pairs: &HashMap<usize, Pair>) -> Result<(), IrErro
         conv.args[slot("bias")] = Arg::Tensor(bias);
         // The batch norm's result keeps its name: later nodes and dumps read the same value.
         conv.result_names = vec![n.result_names[0].clone()];
-        let here = g.nodes.len();
-        g.nodes.push(conv);
-        g.nodes[here].results = g.infer_node(here)?;
-        map.insert(ValueRef::new(i, 0), ValueRef::new(here, 0));
+        let folded = b.push_node(conv)?;
+        map.insert(ValueRef::new(i, 0), folded);
     }
     g.outputs.iter_mut().for_each(|v| remap(&map, v));
     *graph = std::mem::take(g);
@@ -267,13 +259,18 @@ impl Builder<'_> {
             k += 1;
         }
         self.names.insert(name.clone());
-        self.g.nodes.push(Node {
+        self.push_node(Node {
             name: name.clone(),
             kind: NodeKind::Op(op),
             args,
             result_names: vec![name],
             results: vec![],
-        });
+        })
+    }
+
+    /// Appends `node` with its result types inferred; its first result.
+    fn push_node(&mut self, node: Node) -> Result<ValueRef, IrError> {
+        self.g.nodes.push(node);
         let i = self.g.nodes.len() - 1;
         self.g.nodes[i].results = self.g.infer_node(i)?;
         Ok(ValueRef::new(i, 0))

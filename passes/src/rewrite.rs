@@ -2,6 +2,17 @@
 
 use fxhlo_ir::{Arg, Graph, ValueRef};
 
+/// Calls `f` on every tensor value `args` read.
+pub fn for_each_value_mut(args: &mut [Arg], mut f: impl FnMut(&mut ValueRef)) {
+    for a in args {
+        match a {
+            Arg::Tensor(v) => f(v),
+            Arg::Tensors(vs) => vs.iter_mut().flatten().for_each(&mut f),
+            _ => {}
+        }
+    }
+}
+
 /// Replaces every use of `from` (in arguments and outputs) by `to`.
 pub fn replace_all_uses(g: &mut Graph, from: ValueRef, to: ValueRef) {
     let swap = |v: &mut ValueRef| {
@@ -10,13 +21,7 @@ pub fn replace_all_uses(g: &mut Graph, from: ValueRef, to: ValueRef) {
         }
     };
     for n in &mut g.nodes {
-        for a in &mut n.args {
-            match a {
-                Arg::Tensor(v) => swap(v),
-                Arg::Tensors(vs) => vs.iter_mut().flatten().for_each(swap),
-                _ => {}
-            }
-        }
+        for_each_value_mut(&mut n.args, swap);
     }
     g.outputs.iter_mut().for_each(swap);
 }
@@ -44,13 +49,7 @@ pub fn retain_nodes(g: &mut Graph, keep: &[bool]) {
         if !keep[i] {
             continue;
         }
-        for a in &mut n.args {
-            match a {
-                Arg::Tensor(v) => remap(v),
-                Arg::Tensors(vs) => vs.iter_mut().flatten().for_each(remap),
-                _ => {}
-            }
-        }
+        for_each_value_mut(&mut n.args, remap);
         g.nodes.push(n);
     }
     g.outputs.iter_mut().for_each(remap);

@@ -813,9 +813,6 @@ impl<'a> Packed<'a> {
     }
 }
 
-/// The im2col slice of output positions `p0..p0 + nt` for one group: row
-/// `(ci * kh + ky) * kw + kx`, column `q`, is the input at the tap of output position `p0 + q`,
-/// or 0 in the padding.
 /// Where [`im2col_gather`] writes the im2col matrix.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 enum Dest<'a, 'b> {
@@ -837,6 +834,9 @@ fn gathers_rows(spec: &ConvSpec) -> bool {
     }
 }
 
+/// The im2col slice of output positions `p0..p0 + nt` for one group: row
+/// `(ci * kh + ky) * kw + kx`, column `q`, is the input at the tap of output position `p0 + q`,
+/// or 0 in the padding.
 fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, dst: &mut Packed<'_>) {
     #[cfg(target_arch = "x86_64")]
     {

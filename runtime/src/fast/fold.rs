@@ -148,16 +148,8 @@ pub fn fold_constant_steps(
     }
     let mut folded = fold.iter();
     program.steps.retain(|_| folded.next() == Some(&false));
-    // Constants only the folded steps read.
-    let mut read = vec![false; n];
-    for s in &program.steps {
-        s.srcs.iter().for_each(|&v| read[v as usize] = true);
-    }
-    program
-        .outputs
-        .iter()
-        .for_each(|&v| read[v as usize] = true);
-    program.constants.retain(|(v, _)| read[*v as usize]);
+    // Constants only the folded steps read (`stays`: what the steps left and the outputs read).
+    program.constants.retain(|(v, _)| stays[*v as usize]);
     // (Tied weights: one name may stand for several values.)
     let names_left: std::collections::BTreeSet<&String> =
         program.constants.iter().map(|(_, s)| s).collect();
