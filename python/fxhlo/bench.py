@@ -19,8 +19,9 @@ that ``fxhlo lower`` emits (through jax, in a worker process); fxhlo's fast runt
 ``fxhlo bench`` and ``fxhlo check``.  The timed calls come in rounds (``--rounds``, default 4)
 in which the peers take turns in a rotating order, so that a slow or fast stretch of a shared
 machine falls on every peer alike.  Machine peaks (copy bandwidth, 4096^3 sgemm) are measured in
-the same run.  Every peer can fail on its own: its cell then reads ``error: <reason>`` and the
-run goes on.  See docs/benchmarks.md for how to read the table.
+the same run, and c and d again on a few rows that stay in cache (fxhlo on one thread): their
+arithmetic ceilings.  Every peer can fail on its own: its cell then reads ``error: <reason>``
+and the run goes on.  See docs/benchmarks.md for how to read the table.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ FULL = {
     "d": {"rows": 8192, "cols": 1024},
     "e": {"batch": 8, "channels": (3, 32, 32, 32), "hw": 128},
 }
+# Rows of the in-cache runs of c and d (see `in_cache_ceiling`): 32x4096 and 256x1024, 1 MiB in
+# and 1 MiB out, which stay in one core's L2 and L3 from one run to the next.
+CACHE_ROWS = {"full": {"c": 32, "d": 256}, "quick": {"c": 16, "d": 32}}
+# Timed runs of an in-cache program, one thread.
+CACHE_ITERS = {"full": (200, 20), "quick": (2, 1)}
 QUICK = {
     "a": {"batch": 8, "sizes": (64, 128, 128, 64)},
     "b": {"d_model": 32, "nhead": 4, "ff": 64, "seq": 16, "batch": 2},
@@ -130,6 +136,9 @@ class Workload:
     metric: str                              # "flops" or "bytes"
     work: Optional[float]                    # FLOPs or bytes per call (None: count it)
     tolerance: Optional[Dict[str, float]] = None
+    # The same model on data that stays in cache: (build, bytes per call, shape), for the
+    # arithmetic ceiling of a bandwidth workload (see `in_cache_ceiling`).
+    in_cache: Optional[Tuple[Callable[[], Tuple[Any, tuple]], float, str]] = None
 
 
 def _modules():
@@ -208,15 +217,21 @@ def workloads(quick: bool) -> List[Workload]:
                                        dropout=0.0, batch_first=True)
         return m, (torch.randn(s["batch"], s["seq"], s["d_model"]),)
 
-    def c():
+    def c(rows=None):
         import torch
         s = S["c"]
-        return _modules()[1](s["cols"]), (torch.randn(s["rows"], s["cols"]),)
+        return _modules()[1](s["cols"]), (torch.randn(rows or s["rows"], s["cols"]),)
 
-    def d():
+    def d(rows=None):
         import torch
         s = S["d"]
-        return _modules()[2](s["cols"]), (torch.randn(s["rows"], s["cols"]),)
+        return _modules()[2](s["cols"]), (torch.randn(rows or s["rows"], s["cols"]),)
+
+    cache_rows = CACHE_ROWS["quick" if quick else "full"]
+
+    def in_cache(key, fn, nbytes):
+        rows, cols = cache_rows[key], S[key]["cols"]
+        return (seeded(lambda: fn(rows)), nbytes(rows, cols), f"{rows}x{cols}")
 
     def e():
         import torch
@@ -246,10 +261,12 @@ def workloads(quick: bool) -> List[Workload]:
                  seeded(b), "flops", encoder_flops(**sb),
                  tolerance={"rtol": 1e-4, "atol": 1e-4}),
         Workload("c", "c gelu(x*w+b)*sigmoid(x)+x {}x{}".format(sc["rows"], sc["cols"]),
-                 seeded(c), "bytes", chain_bytes(sc["rows"], sc["cols"])),
+                 seeded(c), "bytes", chain_bytes(sc["rows"], sc["cols"]),
+                 in_cache=in_cache("c", c, chain_bytes)),
         Workload("d", "d softmax(layer_norm) {}x{}".format(sd["rows"], sd["cols"]),
                  seeded(d), "bytes", lnsoftmax_bytes(sd["rows"], sd["cols"]),
-                 tolerance={"rtol": 1e-4, "atol": 1e-5}),
+                 tolerance={"rtol": 1e-4, "atol": 1e-5},
+                 in_cache=in_cache("d", d, lnsoftmax_bytes)),
         Workload("e", "e 3x(conv3x3+relu)+maxpool {}x{}x{}x{} ch {}".format(
                      se["batch"], se["channels"][0], se["hw"], se["hw"],
                      "-".join(map(str, se["channels"]))),
@@ -766,10 +783,51 @@ def run_workload(w: Workload, args, exe: Optional[str], status: Dict[str, Any]) 
         ind = peers.get("inductor")
         if ind and "error" not in ind:
             inductor_compile_ms(ind, peers.get("eager", {}).get("run_ms_median"))
+        fx = peers.get("fxhlo")
+        if w.in_cache and exe and fx and "error" not in fx:
+            log(f"{w.key}: fxhlo: in-cache run ({w.in_cache[2]}, one thread) ...")
+            rec["in_cache"] = in_cache_ceiling(w, args, exe, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     derive(rec)
     return rec
+
+
+def in_cache_ceiling(w: Workload, args, exe: str, tmp: str) -> Dict[str, Any]:
+    """The arithmetic ceiling of a bandwidth workload: fxhlo's program for the same model on a
+    few rows (``w.in_cache``), whose data stays in cache from one run to the next, timed on one
+    thread.  Its rate (the workload's bytes per second at that size) times the thread count is
+    the most the full-size run could reach if memory traffic cost nothing and the threads
+    shared the work perfectly: a full-size rate below 70% of the copy peak is limited by the
+    cores' arithmetic wherever this ceiling is too."""
+    build, nbytes, shape = w.in_cache
+    mode = "quick" if args.quick else "full"
+    iters, warmup = CACHE_ITERS[mode]
+    res: Dict[str, Any] = {"shape": shape, "bytes": nbytes, "threads": 1}
+    try:
+        model, inputs = build()
+        folder = os.path.join(tmp, f"{w.key}-in-cache")
+        from . import dump as fdump
+        fdump.dump(model, inputs, folder, name=f"bench-{w.key}-in-cache", seed=0,
+                   tolerance=w.tolerance)
+        # A ceiling is the best the program does: the fastest median of `--rounds` processes
+        # (a stretch of a shared machine that is busy elsewhere only lowers it).
+        runs = [fxhlo_times(exe, folder, iters, warmup, 1, args.timeout)
+                for _ in range(args.rounds)]
+    except Exception as e:
+        res["error"] = short_error(e)
+        log(f"{w.key}: in-cache run: {res['error']}")
+        return res
+    data = min(runs, key=lambda d: statistics.median(d["times_ms"]))
+    res.update(summary(data["times_ms"]))
+    del res["times_ms"]
+    res["rounds"] = len(runs)
+    res["round_medians_ms"] = sorted(statistics.median(d["times_ms"]) for d in runs)
+    res["steps"] = data.get("steps")
+    res["gbs_one_thread"] = nbytes / (res["run_ms_median"] * 1e-3) / 1e9
+    res["scaled_to_threads"] = args.threads
+    res["gbs"] = res["gbs_one_thread"] * args.threads
+    return res
 
 
 def derive(rec: Dict[str, Any]) -> None:
@@ -918,12 +976,47 @@ def targets(records: List[Dict[str, Any]], peaks: Dict[str, Any]) -> List[str]:
         c = r["peers"].get("fxhlo", {}).get("check")
         return None if c is None else c == "ok"
 
+    peak_line = mark(">= 70% of measured peak (c, d by bytes; a, b, e by FLOPs)", pct)
+    ceilings = [f"{r['key']} {100 * c:.0f}%" for r in records
+                if pct(r) is False and (c := ceiling_of_peak(r, peaks)) is not None]
+    if ceilings:
+        peak_line += (f" (in-cache ceilings, % of the copy peak: {', '.join(ceilings)}; "
+                      "see the notes)")
     return [mark("faster than Inductor (inductor/fxhlo >= 1)", ratio("inductor")),
             mark("faster than eager", ratio("eager")),
             mark("faster than XLA", ratio("xla")),
-            mark(">= 70% of measured peak (c, d by bytes; a, b, e by FLOPs)", pct),
+            peak_line,
             mark("compile >= 10x below Inductor's first call and below XLA's", comp),
             mark("matches eager (fxhlo check)", check)]
+
+
+def ceiling_of_peak(rec: Dict[str, Any], peaks: Dict[str, Any]) -> Optional[float]:
+    """A workload's in-cache ceiling (see `in_cache_ceiling`) as a fraction of the copy peak."""
+    c = rec.get("in_cache") or {}
+    peak = peaks.get("copy_gbs")
+    return c["gbs"] / peak if ("gbs" in c and peak) else None
+
+
+def ceiling_lines(records: List[Dict[str, Any]], peaks: Dict[str, Any]) -> List[str]:
+    """One line per in-cache run (see `in_cache_ceiling`)."""
+    lines = []
+    for rec in records:
+        c = rec.get("in_cache")
+        if not c:
+            continue
+        if "error" in c:
+            lines.append(f"- {rec['key']}: in-cache run ({c['shape']}): error: {c['error']}")
+            continue
+        frac = ceiling_of_peak(rec, peaks)
+        of_peak = f", {100 * frac:.0f}% of the copy peak" if frac is not None else ""
+        lines.append(
+            f"- {rec['key']}: arithmetic ceiling: the same program on {c['shape']} (in cache) "
+            f"runs at {c['gbs_one_thread']:.1f} GB/s on one thread "
+            f"({fmt_ms(c['run_ms_median'])} ms, the fastest of {c['rounds']} medians of "
+            f"{c['iters']} runs); {c['scaled_to_threads']} threads sharing it perfectly would "
+            f"reach {c['gbs']:.1f} GB/s{of_peak}, the most a full-size run can reach when "
+            f"memory traffic costs nothing")
+    return lines
 
 
 def fallback_lines(records: List[Dict[str, Any]]) -> List[str]:
@@ -999,6 +1092,7 @@ def report(result: Dict[str, Any]) -> str:
                      "(torch._transformer_encoder_layer_fwd) in eager and inside torch.compile "
                      "(Dynamo captures it as one op that Inductor calls as an extern kernel); "
                      "--no-mha-fastpath makes both run the decomposed layer")
+    notes += ceiling_lines(result["workloads"], peaks)
     fb = fallback_lines(result["workloads"])
     if fb:
         notes.append("- fxhlo fallbacks to the reference interpreter (`fxhlo check --stats`), "

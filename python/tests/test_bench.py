@@ -150,6 +150,33 @@ def test_table_from_records():
     assert any(l.startswith("- faster than Inductor") and "met: a" in l for l in t)
 
 
+def test_in_cache_ceiling_is_reported_against_the_copy_peak():
+    """An in-cache run's rate, times the threads, is the ceiling a bandwidth workload's
+    row of the targets and the notes give as a share of the copy peak."""
+    peaks = {"copy_gbs": 50.0, "sgemm_gflops": 100.0}
+    rec = {"key": "c", "title": "c chain", "metric": "bytes", "work": 1e8, "peers": {
+        "fxhlo": {"run_ms_median": 10.0, "compile_ms": 1.0, "steps": 1, "fallbacks": 0,
+                  "check": "ok"}},
+        "in_cache": {"shape": "32x4096", "bytes": 1e6, "threads": 1, "run_ms_median": 0.1,
+                     "iters": 200, "rounds": 4, "gbs_one_thread": 10.0,
+                     "scaled_to_threads": 2, "gbs": 20.0}}
+    bench.derive(rec)   # 10 GB/s: 20% of the peak, target not met
+    assert bench.ceiling_of_peak(rec, peaks) == pytest.approx(0.4)
+    (line,) = [l for l in bench.targets([rec], peaks) if l.startswith("- >= 70%")]
+    assert "NOT met: c" in line and "in-cache ceilings, % of the copy peak: c 40%" in line
+    (note,) = bench.ceiling_lines([rec], peaks)
+    assert note.startswith("- c: arithmetic ceiling: the same program on 32x4096")
+    assert "10.0 GB/s on one thread" in note and "20.0 GB/s, 40% of the copy peak" in note
+    # a met target names no ceiling; a failed in-cache run is an error line
+    rec["derived"]["fxhlo_rate"] = 40.0
+    (line,) = [l for l in bench.targets([rec], peaks) if l.startswith("- >= 70%")]
+    assert "met: c" in line and "ceiling" not in line
+    rec["in_cache"] = {"shape": "32x4096", "error": "fxhlo bench: boom"}
+    assert bench.ceiling_of_peak(rec, peaks) is None
+    assert bench.ceiling_lines([rec], peaks) == [
+        "- c: in-cache run (32x4096): error: fxhlo bench: boom"]
+
+
 # ------------------------------------------------------------------------------- end to end
 
 def test_quick_one_workload_all_peers(tmp_path):
@@ -171,6 +198,13 @@ def test_quick_one_workload_all_peers(tmp_path):
     assert {"torch", "numpy", "fxhlo"} <= set(js["versions"])
     for line in ("- machine peaks", "- threads: 1", "- versions:", "- command:"):
         assert line in md
+    fx = js["workloads"][0]["peers"]["fxhlo"]
+    if "error" not in fx:
+        # the in-cache run of the same model, 16 rows in --quick
+        c = js["workloads"][0]["in_cache"]
+        assert c["shape"] == "16x256" and c["gbs"] > 0 and c["steps"] == fx["steps"]
+        assert c["bytes"] == bench.chain_bytes(16, 256)
+        assert "- c: arithmetic ceiling: the same program on 16x256 (in cache)" in md
 
 
 def test_quick_every_workload(tmp_path):
