@@ -1107,3 +1107,89 @@ fn streamed_outputs_match_per_element_values() {
         assert_eq!(outs[5][i].to_bits(), f.to_bits(), "[{i}]");
     }
 }
+
+/// A layer norm's weight and bias are read in place when they are an operand's contiguous run
+/// (at any offset), and evaluated otherwise: both give the bits of the weights passed as they
+/// are, so the offset is honoured and a strided read is not taken for a contiguous one.
+#[test]
+fn layer_norm_weights_in_place_or_evaluated_give_the_same_bits() {
+    let (rows, len) = (6usize, 40usize);
+    let x = rand_vec(rows * len, 31);
+    let w: Vec<f32> = rand_vec(len, 32).iter().map(|v| 1.0 + 0.1 * v).collect();
+    let b = rand_vec(len, 33);
+    // `v` at offset 5 of a longer buffer, and `v` interleaved with junk (stride 2).
+    let padded = |v: &[f32]| [vec![7.0; 5], v.to_vec(), vec![-7.0; 3]].concat();
+    let strided = |v: &[f32]| v.iter().flat_map(|&a| [a, 9.0]).collect::<Vec<f32>>();
+    let run = |wb: (&[f32], &[f32]), offset: i64, stride: i64| {
+        let one = |slot_no: u32| {
+            let mut e = ExprBuilder::new(&[len]);
+            let v = e.leaf(slot(slot_no, offset, vec![stride]));
+            e.finish(&[v])
+        };
+        let mut e = ExprBuilder::new(&[rows, len]);
+        let xv = e.leaf(slot(0, 0, vec![len as i64, 1]));
+        let k = RowReduce {
+            rows,
+            stages: vec![RowStage {
+                op: ReduceOp::LayerNorm { eps: 1e-5 },
+                len,
+                prologue: e.finish(&[xv]),
+                weight: Some(one(1)),
+                bias: Some(one(2)),
+                outputs: vec![RowOut::Result(0)],
+            }],
+        };
+        let mut y = vec![0f32; rows * len];
+        let srcs = [Src::F32(&x), Src::F32(wb.0), Src::F32(wb.1)];
+        run_row_reduce(&k, &srcs, &mut [Dst::F32(&mut y)]).unwrap();
+        y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+    };
+    let want = run((&w, &b), 0, 1);
+    assert_eq!(
+        run((&padded(&w), &padded(&b)), 5, 1),
+        want,
+        "in place at an offset"
+    );
+    assert_eq!(
+        run((&strided(&w), &strided(&b)), 0, 2),
+        want,
+        "evaluated (strided)"
+    );
+    // The weights do change the result (the check above could not pass by ignoring them).
+    let ones = vec![1.0; len];
+    assert_ne!(run((&ones, &b), 0, 1), want);
+}
+
+/// An expression keeps its plans and its checked program between runs (see `Memo`): a second
+/// run after `map_slots` swapped its operands reads them swapped, and the cache is neither
+/// serialized nor part of equality.
+#[test]
+fn an_expression_runs_the_same_after_its_first_run_and_a_slot_remap() {
+    let n = 3000;
+    let (a, c) = (rand_vec(n, 41), rand_vec(n, 42));
+    let mut e = ExprBuilder::new(&[n]);
+    let av = e.leaf(slot(0, 0, vec![1]));
+    let cv = e.leaf(slot(1, 0, vec![1]));
+    let d = e.bin(BinOp::Sub, av, cv);
+    let mut e = e.finish(&[d]);
+    let fresh = e.clone();
+    let mut out = vec![0f32; n];
+    e.validate(&[Src::F32(&a), Src::F32(&c)]).unwrap();
+    run_elementwise(&e, &[Src::F32(&a), Src::F32(&c)], &mut [&mut out]);
+    assert!(out
+        .iter()
+        .zip(a.iter().zip(&c))
+        .all(|(&o, (&x, &y))| o == x - y));
+    // After a run, the expression still equals and serializes as a fresh one.
+    assert_eq!(e, fresh);
+    assert_eq!(
+        serde_json::to_string(&e).unwrap(),
+        serde_json::to_string(&fresh).unwrap()
+    );
+    e.map_slots(|s| 1 - s);
+    run_elementwise(&e, &[Src::F32(&a), Src::F32(&c)], &mut [&mut out]);
+    assert!(out
+        .iter()
+        .zip(a.iter().zip(&c))
+        .all(|(&o, (&x, &y))| o == y - x));
+}

@@ -364,17 +364,17 @@ impl InstOp {
         }
     }
 
-    fn reads(&self) -> Vec<u32> {
+    /// The registers the instruction reads, inline (no allocation: the block loop and each
+    /// run's checks call this per instruction).
+    fn reads(&self) -> SmallVec<[u32; 3]> {
         match *self {
-            InstOp::Load(_) | InstOp::Const(_) => vec![],
+            InstOp::Load(_) | InstOp::Const(_) => SmallVec::new(),
             InstOp::Un(_, a)
             | InstOp::BinC(_, a, _)
             | InstOp::CBin(_, _, a)
-            | InstOp::PowI(a, _) => {
-                vec![a]
-            }
-            InstOp::Bin(_, a, b) => vec![a, b],
-            InstOp::Select(c, a, b) => vec![c, a, b],
+            | InstOp::PowI(a, _) => SmallVec::from_slice(&[a]),
+            InstOp::Bin(_, a, b) => SmallVec::from_slice(&[a, b]),
+            InstOp::Select(c, a, b) => SmallVec::from_slice(&[c, a, b]),
             InstOp::Fused(f) => [f.a, f.b].into_iter().chain(f.add).collect(),
         }
     }
@@ -412,6 +412,39 @@ pub struct Expr {
     insts: Vec<Inst>,
     num_regs: u32,
     outputs: Vec<u32>,
+    /// What is derived from the program once, on first use (not serialized; boxed, as it is
+    /// larger than the program's own fields).
+    #[serde(skip)]
+    memo: Box<Memo>,
+}
+
+/// What an [`Expr`] derives from its program on first use and keeps: its [`Plan`]s in place
+/// (`plans[0]`) and streaming (`plans[1]`), and the result of
+/// [`validate_program`](Expr::validate_program). Every run of a compiled program would
+/// otherwise make them again, several vectors each (a few percent of a small model's run).
+/// Clones start empty, and any two compare equal: this is a cache, not part of the value.
+#[derive(Default)]
+struct Memo {
+    plans: [std::sync::OnceLock<Plan>; 2],
+    program: std::sync::OnceLock<Result<(), String>>,
+}
+
+impl Clone for Memo {
+    fn clone(&self) -> Memo {
+        Memo::default()
+    }
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memo")
+    }
 }
 
 /// `1.0` if `c`, else `0.0`.
@@ -648,14 +681,18 @@ fn run_fused_steps(f: &Fused, d: &mut [f32], a: &[f32], b: &[f32], c: Option<&[f
     }
 }
 
-/// An expression's iteration plan (see [`Expr::plan`]) and the register blocks its calls use.
-#[derive(Clone, Debug)]
-pub struct EvalPlan(Plan, Vec<LineVec<f32>>);
+/// An expression's iteration plan (see [`Expr::plan`]), its leaves' offsets for the current
+/// row, and the register blocks its calls use.
+#[derive(Debug)]
+pub struct EvalPlan<'e>(&'e Plan, Offsets, Vec<LineVec<f32>>);
 
-impl Drop for EvalPlan {
+/// The leaves' offsets of one call, inline for the usual leaf counts.
+type Offsets = SmallVec<[i64; 8]>;
+
+impl Drop for EvalPlan<'_> {
     /// Hands the register blocks back to this thread for the next plan.
     fn drop(&mut self) {
-        give_back_regs(std::mem::take(&mut self.1));
+        give_back_regs(std::mem::take(&mut self.2));
     }
 }
 
@@ -670,6 +707,7 @@ fn give_back_regs(regs: Vec<LineVec<f32>>) {
 struct Plan {
     dims: Vec<usize>,
     strides: Vec<Vec<i64>>,
+    /// The leaves' offsets (a call shifts its own copy; see [`Offsets`]).
     offsets: Vec<i64>,
     /// Per instruction, the output it computes straight into (output `k`, the first that
     /// names its register, when no later instruction writes that register), so the value is
@@ -823,6 +861,7 @@ impl Expr {
     /// Renumbers the operand slots of every slot leaf with `f` (used by kernel builders that
     /// place scratch buffers after the kernel's operands).
     pub fn map_slots(&mut self, f: impl Fn(u32) -> u32) {
+        *self.memo = Memo::default();
         for l in &mut self.leaves {
             if let LeafSrc::Slot { slot, .. } = &mut l.src {
                 *slot = f(*slot);
@@ -935,8 +974,17 @@ impl Expr {
         })
     }
 
-    /// Checks the program itself: dimensions, register numbering and def-before-use.
+    /// Checks the program itself: dimensions, register numbering and def-before-use (once:
+    /// later calls return the first call's result).
     pub fn validate_program(&self) -> Result<(), String> {
+        self.memo
+            .program
+            .get_or_init(|| self.check_program())
+            .clone()
+    }
+
+    /// [`validate_program`](Expr::validate_program)'s checks.
+    fn check_program(&self) -> Result<(), String> {
         let n = self
             .shape
             .iter()
@@ -1090,21 +1138,35 @@ impl Expr {
         for o in outs.iter() {
             assert!(o.len() >= end - start, "output buffer too short");
         }
-        let EvalPlan(plan, regs) = &mut self.plan();
-        for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
+        let EvalPlan(plan, offsets, regs) = &mut self.plan();
+        for (l, o) in self.leaves.iter().zip(offsets.iter_mut()) {
             if let LeafSrc::Slot { slot, .. } = l.src {
                 *o -= shift.get(slot as usize).copied().unwrap_or(0);
             }
         }
-        eval_blocks(self, plan, srcs, start, end, outs, regs, uniform);
+        eval_blocks(
+            self,
+            (plan, offsets),
+            srcs,
+            (start, end),
+            outs,
+            regs,
+            uniform,
+        );
     }
 
     /// The iteration plan of [`eval_rows`](Expr::eval_rows), built once for many calls (one
     /// per tile of a product, say).
-    pub fn plan(&self) -> EvalPlan {
+    pub fn plan(&self) -> EvalPlan<'_> {
         // The register blocks come from this thread's scratch (returned when the plan drops),
         // so the calls of a plan touch no thread-local state.
-        EvalPlan(Plan::new(self, false), self.take_regs())
+        let plan = self.cached_plan(false);
+        EvalPlan(plan, Offsets::from_slice(&plan.offsets), self.take_regs())
+    }
+
+    /// The plan in place or streaming, made on the first call.
+    fn cached_plan(&self, stream: bool) -> &Plan {
+        self.memo.plans[usize::from(stream)].get_or_init(|| Plan::new(self, stream))
     }
 
     /// This thread's register blocks, at least this expression's count (handed back by
@@ -1128,8 +1190,9 @@ impl Expr {
         outs: &mut [&mut [f32]],
     ) {
         let mut regs = self.take_regs();
-        eval_blocks(self, plan, srcs, start, end, outs, &mut regs, false);
-        if plan.stream {
+        let plan = (plan, &plan.offsets[..]);
+        eval_blocks(self, plan, srcs, (start, end), outs, &mut regs, false);
+        if plan.0.stream {
             // The non-temporal stores are weakly ordered: they reach memory before the task
             // is reported done.
             simd::stream_fence();
@@ -1149,7 +1212,7 @@ impl Expr {
     /// `outs` does not hold one slice per row and output.
     pub fn eval_rows<'s>(
         &self,
-        plan: &mut EvalPlan,
+        plan: &mut EvalPlan<'_>,
         srcs: &mut [Src<'s>],
         slot: u32,
         rows: &[(usize, &'s [f32])],
@@ -1161,11 +1224,7 @@ impl Expr {
             rows.len() * self.outputs.len(),
             "one slice per row and output"
         );
-        assert_eq!(
-            plan.0.offsets.len(),
-            self.leaves.len(),
-            "a plan of this expression"
-        );
+        assert_eq!(plan.1.len(), self.leaves.len(), "a plan of this expression");
         assert!(
             (slot as usize) < srcs.len(),
             "slot {slot} is not an operand"
@@ -1180,8 +1239,8 @@ impl Expr {
         if w == 0 {
             return;
         }
-        let EvalPlan(plan, regs) = plan;
-        eval_row_blocks(self, plan, srcs, slot, rows, w, outs, regs);
+        let EvalPlan(plan, offsets, regs) = plan;
+        eval_row_blocks(self, (plan, offsets), srcs, slot, rows, w, outs, regs);
     }
 
     /// The rows of [`eval_rows`](Expr::eval_rows), checked by it.
@@ -1189,7 +1248,7 @@ impl Expr {
     #[allow(clippy::too_many_arguments)]
     fn eval_rows_generic<'s>(
         &self,
-        plan: &mut Plan,
+        (plan, offsets): (&Plan, &mut [i64]),
         srcs: &mut [Src<'s>],
         slot: u32,
         rows: &[(usize, &'s [f32])],
@@ -1200,14 +1259,15 @@ impl Expr {
         let no = self.outputs.len();
         for (i, &(start, row)) in rows.iter().enumerate() {
             srcs[slot as usize] = Src::F32(row);
-            for (l, o) in self.leaves.iter().zip(plan.offsets.iter_mut()) {
+            for (l, o) in self.leaves.iter().zip(offsets.iter_mut()) {
                 *o = l.offset;
                 if matches!(l.src, LeafSrc::Slot { slot: s, .. } if s == slot) {
                     *o -= start as i64;
                 }
             }
             let outs = &mut outs[i * no..(i + 1) * no];
-            self.eval_blocks_generic::<true>(plan, srcs, start, start + w, outs, regs);
+            let range = (start, start + w);
+            self.eval_blocks_generic::<true>((plan, offsets), srcs, range, outs, regs);
         }
     }
 
@@ -1216,18 +1276,17 @@ impl Expr {
     #[allow(clippy::too_many_arguments)]
     fn eval_blocks_either(
         &self,
-        plan: &Plan,
+        plan: (&Plan, &[i64]),
         srcs: &[Src<'_>],
-        start: usize,
-        end: usize,
+        range: (usize, usize),
         outs: &mut [&mut [f32]],
         regs: &mut [LineVec<f32>],
         uniform: bool,
     ) {
         if uniform {
-            self.eval_blocks_generic::<true>(plan, srcs, start, end, outs, regs)
+            self.eval_blocks_generic::<true>(plan, srcs, range, outs, regs)
         } else {
-            self.eval_blocks_generic::<false>(plan, srcs, start, end, outs, regs)
+            self.eval_blocks_generic::<false>(plan, srcs, range, outs, regs)
         }
     }
 
@@ -1237,10 +1296,9 @@ impl Expr {
     #[inline(always)]
     fn eval_blocks_generic<const UNIFORM: bool>(
         &self,
-        plan: &Plan,
+        (plan, offsets): (&Plan, &[i64]),
         srcs: &[Src<'_>],
-        start: usize,
-        end: usize,
+        (start, end): (usize, usize),
         outs: &mut [&mut [f32]],
         regs: &mut [LineVec<f32>],
     ) {
@@ -1292,8 +1350,7 @@ impl Expr {
                 let done = match inst.op {
                     InstOp::Load(l) => {
                         let l = l as usize;
-                        let (src, off, st) =
-                            (self.leaves[l].src, plan.offsets[l], &plan.strides[l]);
+                        let (src, off, st) = (self.leaves[l].src, offsets[l], &plan.strides[l]);
                         contiguous(src, off, st, &plan.dims, idx, srcs, n)
                             .inspect(|&v| {
                                 // A run with a broadcast dimension is re-read: it is in cache.
@@ -1353,7 +1410,7 @@ impl Expr {
                 match inst.op {
                     InstOp::Load(l) => {
                         let l = l as usize;
-                        let (src, off) = (self.leaves[l].src, plan.offsets[l]);
+                        let (src, off) = (self.leaves[l].src, offsets[l]);
                         load(src, off, &plan.strides[l], &plan.dims, idx, srcs, dst);
                     }
                     InstOp::Bin(op, a, b) if UNIFORM => match (uni(a), uni(b)) {
@@ -1617,7 +1674,7 @@ simd::multiversion! {
     #[allow(clippy::too_many_arguments)]
     fn eval_row_blocks<'s>(
         e: &Expr,
-        plan: &mut Plan,
+        plan: (&Plan, &mut [i64]),
         srcs: &mut [Src<'s>],
         slot: u32,
         rows: &[(usize, &'s [f32])],
@@ -1633,10 +1690,9 @@ simd::multiversion! {
     #[allow(clippy::too_many_arguments)]
     fn eval_blocks(
         e: &Expr,
-        plan: &Plan,
+        plan: (&Plan, &[i64]),
         srcs: &[Src<'_>],
-        start: usize,
-        end: usize,
+        range: (usize, usize),
         outs: &mut [&mut [f32]],
         regs: &mut [LineVec<f32>],
         uniform: bool,
@@ -1739,13 +1795,13 @@ pub fn run_elementwise(e: &Expr, srcs: &[Src<'_>], outs: &mut [&mut [f32]]) {
             per_task[t].push(s);
         }
     }
-    let plan = Plan::new(e, total >= STREAM_ELEMS);
+    let plan = e.cached_plan(total >= STREAM_ELEMS);
     per_task
         .into_par_iter()
         .enumerate()
         .for_each(|(t, mut os)| {
             let (s, end) = (t * TASK, ((t + 1) * TASK).min(total));
-            e.eval_task(&plan, srcs, s, end, &mut os);
+            e.eval_task(plan, srcs, s, end, &mut os);
         });
 }
 
@@ -2039,6 +2095,7 @@ impl ExprBuilder {
             insts,
             num_regs,
             outputs: outputs.iter().map(|&o| reg[o as usize]).collect(),
+            memo: Box::default(),
         }
     }
 }

@@ -25,6 +25,7 @@ use super::{Dst, Src};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
+use std::borrow::Cow;
 
 /// Most elements per row block (a block is one parallel task, and its stages run one after
 /// the other over its rows). Each block ends with costs no row hides (its last streamed row
@@ -504,18 +505,31 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
         run_elementwise(e, srcs, &mut [&mut v]);
         v
     };
-    // Each stage's weight and bias, evaluated once.
-    let affine: Vec<[Option<Vec<f32>>; 2]> = k
+    // Each stage's weight and bias: an operand's contiguous run (a layer norm's weight, say)
+    // read in place, anything else evaluated once per run.
+    let in_place_or_eval = |e: &Expr| {
+        let run = e
+            .as_contiguous_load()
+            .and_then(|(slot, off)| match srcs.get(slot as usize) {
+                Some(Src::F32(v)) => v.get(off..off.checked_add(e.numel())?),
+                _ => None,
+            });
+        match run {
+            Some(v) => Cow::Borrowed(v),
+            None => Cow::Owned(eval_vec(e)),
+        }
+    };
+    let affine: SmallVec<[Affine<'_>; 2]> = k
         .stages
         .iter()
         .map(|st| {
             [
-                st.weight.as_ref().map(eval_vec),
-                st.bias.as_ref().map(eval_vec),
+                st.weight.as_ref().map(in_place_or_eval),
+                st.bias.as_ref().map(in_place_or_eval),
             ]
         })
         .collect();
-    let wb: Vec<WeightBias<'_>> = affine
+    let wb: SmallVec<[WeightBias<'_>; 2]> = affine
         .iter()
         .map(|[w, b]| (w.as_deref(), b.as_deref()))
         .collect();
@@ -1090,6 +1104,9 @@ fn softmax_row(
         }
     }
 }
+
+/// A stage's weight and bias (see [`run_row_reduce`]): read in place or evaluated.
+type Affine<'a> = [Option<Cow<'a, [f32]>>; 2];
 
 /// Runs a row block of a layer norm whose only output is the rows that a streamed softmax
 /// (see [`reduce_rows`]) reads next, the kernel's only output, row by row instead of stage by
