@@ -314,6 +314,7 @@ impl UnOp {
             UnOp::Sigmoid => Some(vmath::Fast::Sigmoid),
             UnOp::GeluErf => Some(vmath::Fast::GeluErf),
             UnOp::Silu => Some(vmath::Fast::Silu),
+            UnOp::Tanh => Some(vmath::Fast::Tanh),
             _ => None,
         }
     }
@@ -2173,7 +2174,9 @@ mod tests {
             Some(UnOp::Sigmoid),
             Some(UnOp::GeluErf),
             Some(UnOp::Silu),
+            Some(UnOp::Tanh),
         ];
+        assert!(pres.iter().flatten().all(|u| u.fast().is_some()));
         for op in [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div] {
             for pa in pres {
                 for pb in pres {

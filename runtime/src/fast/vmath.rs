@@ -189,7 +189,7 @@ pub fn exp_sub_sum(x: &[f32], m: f32, out: &mut [f32], tick: impl FnMut()) -> f6
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use avx512::{exp, gelu_erf, sigmoid, silu};
+pub use avx512::{exp, gelu_erf, sigmoid, silu, tanh};
 
 /// `out[i] = math::exp(x[i])`, `math::sigmoid`, `math::gelu_erf` or `math::silu` (the same
 /// bits), in the
@@ -204,6 +204,7 @@ pub fn map_fast(f: Fast, out: &mut [f32], x: &[f32]) -> Option<()> {
                 Fast::Sigmoid => avx512::map(out, x, |v| sigmoid(v)),
                 Fast::GeluErf => avx512::map(out, x, |v| gelu_erf(v)),
                 Fast::Silu => avx512::map(out, x, |v| silu(v)),
+                Fast::Tanh => avx512::map(out, x, |v| tanh(v)),
             }
         }
         return Some(());
@@ -258,6 +259,8 @@ pub enum Fast {
     GeluErf,
     /// `math::silu`.
     Silu,
+    /// `math::tanh`.
+    Tanh,
 }
 
 /// The AVX-512 forms.
@@ -352,6 +355,41 @@ mod avx512 {
         _mm512_mul_ps(x, unsafe { sigmoid(x) })
     }
 
+    /// `math::tanh` on 16 lanes, bitwise (NaN in, NaN out), operation for operation:
+    /// `expm1(2c) / (expm1(2c) + 2)` for `x` clamped to `c` in `[-9, 9]`, with `expm1`'s
+    /// Taylor polynomial below 0.35 in magnitude (as separate multiplies and adds, as the
+    /// portable code rounds them) and `exp(t) - 1` above.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub unsafe fn tanh(x: __m512) -> __m512 {
+        let s = _mm512_set1_ps;
+        // A NaN `x` becomes -9 here and is put back at the end.
+        let c = _mm512_min_ps(_mm512_max_ps(x, s(-9.0)), s(9.0));
+        let t = _mm512_mul_ps(s(2.0), c);
+        let mut p = _mm512_mul_ps(t, s(1.0 / 40320.0));
+        for k in [
+            1.0 / 5040.0,
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+        ] {
+            p = _mm512_mul_ps(t, _mm512_add_ps(s(k), p));
+        }
+        let small = _mm512_mul_ps(t, _mm512_add_ps(s(1.0), p));
+        // SAFETY: the caller has AVX-512F.
+        let big = _mm512_sub_ps(unsafe { exp(t) }, s(1.0));
+        let near = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(_mm512_abs_ps(t), s(0.35));
+        let e = _mm512_mask_mov_ps(big, near, small);
+        let y = _mm512_div_ps(e, _mm512_add_ps(e, s(2.0)));
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        _mm512_mask_mov_ps(y, nan, x)
+    }
+
     /// `math::gelu_erf` on 16 lanes, bitwise (NaN in, NaN out), operation for operation: the
     /// interval index `k` is the low four bits of `t`, which `vpermps` reads as its lane
     /// index, so each coefficient of `F` is one permute of a register of 16.
@@ -429,6 +467,7 @@ mod avx512 {
             Some(Fast::Sigmoid) => 2,
             Some(Fast::GeluErf) => 3,
             Some(Fast::Silu) => 4,
+            Some(Fast::Tanh) => 5,
         }
     }
 
@@ -444,6 +483,7 @@ mod avx512 {
                 2 => sigmoid(x),
                 3 => gelu_erf(x),
                 4 => silu(x),
+                5 => tanh(x),
                 _ => x,
             }
         }
@@ -467,7 +507,8 @@ mod avx512 {
                 1 => fused_a::<1>(out, a, op, (b, fb), c),
                 2 => fused_a::<2>(out, a, op, (b, fb), c),
                 3 => fused_a::<3>(out, a, op, (b, fb), c),
-                _ => fused_a::<4>(out, a, op, (b, fb), c),
+                4 => fused_a::<4>(out, a, op, (b, fb), c),
+                _ => fused_a::<5>(out, a, op, (b, fb), c),
             }
         }
     }
@@ -488,7 +529,8 @@ mod avx512 {
                 1 => fused_k::<FA, 1>(out, a, op, b, c),
                 2 => fused_k::<FA, 2>(out, a, op, b, c),
                 3 => fused_k::<FA, 3>(out, a, op, b, c),
-                _ => fused_k::<FA, 4>(out, a, op, b, c),
+                4 => fused_k::<FA, 4>(out, a, op, b, c),
+                _ => fused_k::<FA, 5>(out, a, op, b, c),
             }
         }
     }
@@ -875,6 +917,14 @@ mod tests {
             0.250_000_02,
             0.75,
             -6.25,
+            // tanh's clamp and the edge of its polynomial (|2x| < 0.35).
+            9.0,
+            -9.0,
+            9.000_001,
+            0.175,
+            -0.175,
+            f32::from_bits(0.175f32.to_bits() + 1),
+            f32::from_bits(0.175f32.to_bits() - 1),
             1e-30,
             -1e-30,
             f32::INFINITY,
@@ -886,11 +936,12 @@ mod tests {
             f32::MIN_POSITIVE,
         ]);
         type Scalar = fn(f32) -> f32;
-        let cases: [(Fast, Scalar); 4] = [
+        let cases: [(Fast, Scalar); 5] = [
             (Fast::Exp, math::exp),
             (Fast::Sigmoid, math::sigmoid),
             (Fast::GeluErf, math::gelu_erf),
             (Fast::Silu, math::silu),
+            (Fast::Tanh, math::tanh),
         ];
         for (f, scalar) in cases {
             for len in [xs.len(), 7] {
