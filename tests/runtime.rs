@@ -154,9 +154,9 @@ fn damaged_artifacts_are_refused_with_a_reason() {
     assert!(Artifact::from_bytes(&good).is_ok());
     assert!(load_err(b"{\"format\": 1}").contains("not an fxhlo artifact"));
     let mut v = good.clone();
-    v[8..12].copy_from_slice(&7u32.to_le_bytes());
+    v[8..12].copy_from_slice(&8u32.to_le_bytes());
     let e = load_err(&v);
-    assert!(e.contains("format version 7"), "{e}");
+    assert!(e.contains("format version 8"), "{e}");
     // A flipped bit in the header JSON or in the constants (not in a length field, which is
     // checked against the file size first).
     for at in [24, good.len() - 5] {
@@ -762,5 +762,73 @@ fn steps_of_constants_fold_unless_they_grow_the_artifact() {
             .map(|i| (i % 3) as f32 * ((i * N + j) % 7) as f32 * 2.0 + (i % 3) as f32 * 1.5)
             .sum();
         assert_eq!(v, want, "out[{j}]");
+    }
+}
+
+/// `cat` runs as a concatenation step, not on the interpreter: along a negative dimension,
+/// with an input read twice, a computed input and a 1-D empty one (which `cat` skips), and of
+/// i64 values; the results are the interpreter's, bit for bit. A `cat` that promotes its
+/// inputs' types still falls back, with the reason.
+#[test]
+fn cat_runs_as_a_concatenation_step() {
+    let json = br#"{
+      "format": "fxhlo-graph", "version": 1,
+      "inputs": [
+        {"name": "a", "kind": "user_input", "type": {"dtype": "f32", "shape": [3, 2, 4]}},
+        {"name": "b", "kind": "user_input", "type": {"dtype": "f32", "shape": [3, 5, 4]}},
+        {"name": "e", "kind": "user_input", "type": {"dtype": "f32", "shape": [0]}},
+        {"name": "i", "kind": "user_input", "type": {"dtype": "i64", "shape": [2, 3]}},
+        {"name": "j", "kind": "user_input", "type": {"dtype": "i64", "shape": [2, 1]}},
+        {"name": "p", "kind": "user_input", "type": {"dtype": "f32", "shape": [2, 1]}}
+      ],
+      "nodes": [
+        {"name": "ra", "op": "aten.relu.default", "args": {"self": {"tensor": "a"}},
+         "results": [{"name": "ra", "type": {"dtype": "f32", "shape": [3, 2, 4]}}]},
+        {"name": "c", "op": "aten.cat.default",
+         "args": {"tensors": {"tensors": ["ra", "e", "b", "ra"]}, "dim": {"int": -2}},
+         "results": [{"name": "c", "type": {"dtype": "f32", "shape": [3, 9, 4]}}]},
+        {"name": "ci", "op": "aten.cat.default",
+         "args": {"tensors": {"tensors": ["i", "j"]}, "dim": {"int": 1}},
+         "results": [{"name": "ci", "type": {"dtype": "i64", "shape": [2, 4]}}]},
+        {"name": "cp", "op": "aten.cat.default",
+         "args": {"tensors": {"tensors": ["j", "p"]}, "dim": {"int": 1}},
+         "results": [{"name": "cp", "type": {"dtype": "f32", "shape": [2, 2]}}]}
+      ],
+      "outputs": ["c", "ci", "cp"]
+    }"#;
+    let model = fxhlo::model_from_fxjson(json, Default::default()).unwrap();
+    let a = compile(&model, &CompileOptions::default()).unwrap();
+    let (kinds, _) = step_kinds_of(&a);
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "concat").count(),
+        2,
+        "{kinds:?}"
+    );
+    let fallbacks: Vec<&str> = a
+        .header
+        .program
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kernel {
+            fxhlo_runtime::fast::Kernel::Fallback { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(&fallbacks[..], [r] if r.contains("'cp'") && r.contains("input 0 has dtype i64")),
+        "{fallbacks:?}"
+    );
+    let mut inputs = fxhlo_ir::Weights::new();
+    for (k, s) in a.inputs().iter().enumerate() {
+        let vals: Vec<f64> = (0..s.numel()).map(|i| (k * 100 + i) as f64 - 7.5).collect();
+        inputs.insert(
+            s.name.clone(),
+            fxhlo_ir::HostTensor::from_f64(s.dtype, s.shape.clone(), &vals),
+        );
+    }
+    let want = fxhlo_runtime::run(&model, &inputs).unwrap();
+    for threads in [1, 2] {
+        let got = executor(a.clone(), threads).run(&inputs).unwrap();
+        assert_eq!(got, want, "{threads} threads");
     }
 }

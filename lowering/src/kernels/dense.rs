@@ -9,6 +9,7 @@
 use super::layout::Layout;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_passes::fusion::is_strided_view;
+use fxhlo_runtime::fast::concat::ConcatSpec;
 use fxhlo_runtime::fast::conv::ConvSpec;
 use fxhlo_runtime::fast::gather::GatherSpec;
 use fxhlo_runtime::fast::gemm::{MatmulSpec, Operand};
@@ -617,6 +618,56 @@ pub fn pool_spec(g: &Graph, node: NodeId) -> Result<PoolKernel, String> {
         input,
         indices,
     })
+}
+
+/// The spec of a `cat` node and its inputs (in order): every input of the result's element
+/// type (f32, i64 or bool; a promoting `cat` is refused), viewed around the concatenated
+/// dimension. A 1-D empty input, which `cat` skips whatever the others' rank, contributes
+/// nothing.
+pub fn concat_spec(g: &Graph, node: NodeId) -> Result<(ConcatSpec, Vec<ValueRef>), String> {
+    let a = Args { g, node };
+    let inputs: Vec<ValueRef> = match a.arg("tensors")? {
+        Arg::Tensors(vs) => vs
+            .iter()
+            .copied()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| a.err("a missing tensor in the list"))?,
+        other => return Err(a.err(format!("'tensors' is a {}", other.kind_name()))),
+    };
+    let out = ValueRef::new(node, 0);
+    let dtype = g.ty(out).dtype;
+    if !matches!(dtype, DType::F32 | DType::I64 | DType::Bool) {
+        return Err(a.err(format!(
+            "result is {dtype}; the fast kernel copies f32, i64 or bool"
+        )));
+    }
+    let out_shape = a.shape_of(out, dtype, "the result")?;
+    let rank = out_shape.len() as i64;
+    let d = a.int("dim")?;
+    let dim = if d < 0 { d + rank } else { d };
+    if dim < 0 || dim >= rank {
+        return Err(a.err(format!("dim {d} is out of range for rank {rank}")));
+    }
+    let dim = dim as usize;
+    let outer: usize = out_shape[..dim].iter().product();
+    let inner: usize = out_shape[dim + 1..].iter().product();
+    let mut runs = Vec::with_capacity(inputs.len());
+    for (k, &v) in inputs.iter().enumerate() {
+        let s = a.shape_of(v, dtype, &format!("input {k}"))?;
+        let run = if s.iter().product::<usize>() == 0 {
+            0
+        } else if s.len() == out_shape.len() {
+            s[dim] * inner
+        } else {
+            return Err(a.err(format!("input {k} has shape {s:?}, result {out_shape:?}")));
+        };
+        runs.push(run);
+    }
+    let spec = ConcatSpec { outer, runs };
+    if spec.runs.iter().sum::<usize>() != out_shape[dim] * inner {
+        return Err(a.err("the inputs do not add up to the result"));
+    }
+    Ok((spec, inputs))
 }
 
 /// `embedding` and `index_select` (any dimension) as a [`GatherKernel`] (f32 table, i64

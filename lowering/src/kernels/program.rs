@@ -646,6 +646,10 @@ fn other_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
             }
             (Kernel::Pool(p.spec), vec![p.input], results)
         }
+        Some(Op::Cat) => {
+            let (spec, inputs) = super::dense::concat_spec(g, root)?;
+            (Kernel::Concat(spec), inputs, vec![ValueRef::new(root, 0)])
+        }
         Some(Op::Embedding | Op::IndexSelect) => {
             let gk = super::dense::gather_spec(g, root)?;
             (

@@ -900,6 +900,7 @@ fn run_kernel(
         (Kernel::Gather(spec), [Dst::F32(out)]) => {
             super::gather::gather(spec, f32_src(srcs, 0)?, i64_src(srcs, 1)?, out)
         }
+        (Kernel::Concat(spec), [out]) => run_concat(spec, srcs, out),
         (Kernel::Attention(spec), [Dst::F32(out)]) => {
             let mask = if spec.mask.is_some() {
                 Some(f32_src(srcs, 3)?)
@@ -911,6 +912,49 @@ fn run_kernel(
             Ok(())
         }
         (k, _) => Err(format!("{} kernel with unexpected results", k.kind())),
+    }
+}
+
+/// A concatenation into `out`, whose element type every source must have.
+fn run_concat(
+    spec: &super::concat::ConcatSpec,
+    srcs: &[Src<'_>],
+    out: &mut Dst<'_>,
+) -> Result<(), String> {
+    use super::concat::concat;
+    fn all<'a, T>(
+        srcs: &[Src<'a>],
+        f: impl Fn(&Src<'a>) -> Option<&'a [T]>,
+    ) -> Result<Vec<&'a [T]>, String> {
+        srcs.iter()
+            .map(|s| f(s).ok_or_else(|| "concatenation inputs of another element type".to_string()))
+            .collect()
+    }
+    match out {
+        Dst::F32(o) => concat(
+            spec,
+            &all(srcs, |s| match *s {
+                Src::F32(v) => Some(v),
+                _ => None,
+            })?,
+            o,
+        ),
+        Dst::I64(o) => concat(
+            spec,
+            &all(srcs, |s| match *s {
+                Src::I64(v) => Some(v),
+                _ => None,
+            })?,
+            o,
+        ),
+        Dst::Bool(o) => concat(
+            spec,
+            &all(srcs, |s| match *s {
+                Src::Bool(v) => Some(v),
+                _ => None,
+            })?,
+            o,
+        ),
     }
 }
 
@@ -1003,6 +1047,19 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
                 len(s.srcs.get(1)).unwrap_or(0),
                 len(s.dsts.first()).unwrap_or(0),
             )
+        }
+        Kernel::Concat(c) => {
+            want(n_dst == 1, "concatenation result count")?;
+            let dtype = spec(s.dsts.first()).map(|t| t.dtype);
+            want(
+                matches!(dtype, Some(DType::F32 | DType::I64 | DType::Bool))
+                    && s.srcs
+                        .iter()
+                        .all(|v| spec(Some(v)).map(|t| t.dtype) == dtype),
+                "concatenation inputs and result must share an element type (f32, i64 or bool)",
+            )?;
+            let lens: Vec<usize> = s.srcs.iter().map(|v| len(Some(v)).unwrap_or(0)).collect();
+            c.validate(&lens, len(s.dsts.first()).unwrap_or(0))
         }
         Kernel::Attention(a) => {
             let n_op = 3 + a.mask.is_some() as usize;

@@ -5,6 +5,7 @@
 //! for what no fast kernel covers yet (listed by `fxhlo run --stats`).
 
 pub mod attention;
+pub mod concat;
 pub mod conv;
 pub mod expr;
 pub mod gather;

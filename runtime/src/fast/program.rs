@@ -143,6 +143,8 @@ pub enum Kernel {
     Pool(super::pool::PoolSpec),
     /// Row gather (`embedding`, `index_select`): sources the table and the indices.
     Gather(super::gather::GatherSpec),
+    /// Concatenation (`cat`): sources the inputs, all of the destination's element type.
+    Concat(super::concat::ConcatSpec),
     /// Fused scaled dot-product attention: sources the queries, keys, values and, with a
     /// mask, the mask; destination the (possibly permuted) result.
     Attention(Box<super::attention::AttentionSpec>),
@@ -159,6 +161,7 @@ impl Kernel {
             Kernel::Conv { .. } => "conv",
             Kernel::Pool(_) => "pool",
             Kernel::Gather(_) => "gather",
+            Kernel::Concat(_) => "concat",
             Kernel::Attention(_) => "attention",
         }
     }
