@@ -921,40 +921,23 @@ fn run_concat(
     srcs: &[Src<'_>],
     out: &mut Dst<'_>,
 ) -> Result<(), String> {
-    use super::concat::concat;
-    fn all<'a, T>(
-        srcs: &[Src<'a>],
-        f: impl Fn(&Src<'a>) -> Option<&'a [T]>,
-    ) -> Result<Vec<&'a [T]>, String> {
-        srcs.iter()
-            .map(|s| f(s).ok_or_else(|| "concatenation inputs of another element type".to_string()))
-            .collect()
+    // The sources as slices of the destination's element type `$t`, then the copy.
+    macro_rules! typed {
+        ($t:ident, $out:expr) => {{
+            let srcs = srcs
+                .iter()
+                .map(|s| match *s {
+                    Src::$t(v) => Ok(v),
+                    _ => Err("concatenation inputs of another element type".to_string()),
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            super::concat::concat(spec, &srcs, $out)
+        }};
     }
     match out {
-        Dst::F32(o) => concat(
-            spec,
-            &all(srcs, |s| match *s {
-                Src::F32(v) => Some(v),
-                _ => None,
-            })?,
-            o,
-        ),
-        Dst::I64(o) => concat(
-            spec,
-            &all(srcs, |s| match *s {
-                Src::I64(v) => Some(v),
-                _ => None,
-            })?,
-            o,
-        ),
-        Dst::Bool(o) => concat(
-            spec,
-            &all(srcs, |s| match *s {
-                Src::Bool(v) => Some(v),
-                _ => None,
-            })?,
-            o,
-        ),
+        Dst::F32(o) => typed!(F32, o),
+        Dst::I64(o) => typed!(I64, o),
+        Dst::Bool(o) => typed!(Bool, o),
     }
 }
 
