@@ -832,3 +832,61 @@ fn cat_runs_as_a_concatenation_step() {
         assert_eq!(got, want, "{threads} threads");
     }
 }
+
+/// A layer norm over channels written back permuted (ConvNeXt's `LayerNorm2d`: permute, layer
+/// norm, permute back) cannot write its rows in place through the permutation; it runs as a
+/// reduction step and an elementwise step after it instead of on the interpreter, and matches
+/// the interpreter at the f32 tolerance.
+#[test]
+fn a_reduction_whose_epilogue_cannot_run_by_rows_runs_as_two_steps() {
+    let json = br#"{
+      "format": "fxhlo-graph", "version": 1,
+      "inputs": [
+        {"name": "x", "kind": "user_input", "type": {"dtype": "f32", "shape": [2, 8, 5, 6]}},
+        {"name": "w", "kind": "user_input", "type": {"dtype": "f32", "shape": [8]}},
+        {"name": "b", "kind": "user_input", "type": {"dtype": "f32", "shape": [8]}}
+      ],
+      "nodes": [
+        {"name": "p", "op": "aten.permute.default", "args": {"self": {"tensor": "x"}, "dims": {"ints": [0, 2, 3, 1]}},
+         "results": [{"name": "p", "type": {"dtype": "f32", "shape": [2, 5, 6, 8]}}]},
+        {"name": "ln", "op": "aten.native_layer_norm.default",
+         "args": {"input": {"tensor": "p"}, "normalized_shape": {"ints": [8]}, "weight": {"tensor": "w"},
+                  "bias": {"tensor": "b"}, "eps": {"float": 1e-6}},
+         "results": [{"name": "y", "type": {"dtype": "f32", "shape": [2, 5, 6, 8]}},
+                     {"name": "mean", "type": {"dtype": "f32", "shape": [2, 5, 6, 1]}},
+                     {"name": "rstd", "type": {"dtype": "f32", "shape": [2, 5, 6, 1]}}]},
+        {"name": "q", "op": "aten.permute.default", "args": {"self": {"tensor": "y"}, "dims": {"ints": [0, 3, 1, 2]}},
+         "results": [{"name": "q", "type": {"dtype": "f32", "shape": [2, 8, 5, 6]}}]}
+      ],
+      "outputs": ["q"]
+    }"#;
+    let model = fxhlo::model_from_fxjson(json, Default::default()).unwrap();
+    let a = compile(&model, &CompileOptions::default()).unwrap();
+    let (kinds, _) = step_kinds_of(&a);
+    assert_eq!(kinds, ["reduction", "elementwise"]);
+    let mut inputs = fxhlo_ir::Weights::new();
+    for (k, s) in a.inputs().iter().enumerate() {
+        let vals: Vec<f64> = (0..s.numel())
+            .map(|i| ((i * 37 + k * 11) % 23) as f64 / 7.0 - 1.5)
+            .collect();
+        inputs.insert(
+            s.name.clone(),
+            fxhlo_ir::HostTensor::from_f64(s.dtype, s.shape.clone(), &vals),
+        );
+    }
+    let want = fxhlo_runtime::run(&model, &inputs).unwrap();
+    let got = executor(a, 2).run(&inputs).unwrap();
+    let c = fxhlo::compare(
+        "q",
+        &got[0],
+        &want[0],
+        fxhlo::Tolerance::for_dtype(fxhlo_ir::DType::F32),
+    );
+    assert!(
+        c.ok(),
+        "max_abs {:.3e}, bad {}/{}",
+        c.max_abs,
+        c.bad,
+        c.numel
+    );
+}

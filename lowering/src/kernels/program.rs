@@ -39,6 +39,7 @@ impl BuildReport {
 }
 
 /// The program's value table under construction.
+#[derive(Clone)]
 pub struct Values<'g> {
     g: &'g Graph,
     ids: BTreeMap<ValueRef, ValueId>,
@@ -287,7 +288,9 @@ fn build_kernel(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Ve
         }
         KernelKind::Matmul | KernelKind::Conv => heavy_steps(g, k, vals),
         KernelKind::Other => other_steps(g, k, vals),
-        KernelKind::Reduction => reduction_step(g, &[k], vals).map(|s| vec![s]),
+        KernelKind::Reduction => reduction_step(g, &[k], vals)
+            .map(|s| vec![s])
+            .or_else(|e| reduction_then_epilogue(g, k, vals).ok_or(e)),
     };
     match fast {
         Ok(steps) => Ok(steps),
@@ -546,6 +549,83 @@ fn reduction_step(g: &Graph, ks: &[&FusionKernel], vals: &mut Values<'_>) -> Res
     let mut slots = Slots::default();
     let r = super::reduce::build_chain(g, ks, &mut slots)?;
     row_step(g, ks, r, &slots, vals)
+}
+
+/// A reduction kernel whose nodes after the reduction (its epilogue) cannot run row by row (a
+/// layer norm over channels written back permuted, say), as two steps: the reduction with its
+/// results materialized, then the epilogue as elementwise steps reading them. `None` when the
+/// kernel has no such epilogue or either part fails (the caller's error stands).
+fn reduction_then_epilogue(
+    g: &Graph,
+    k: &FusionKernel,
+    vals: &mut Values<'_>,
+) -> Option<Vec<Step>> {
+    // The nodes that read the reduction's results, directly or through each other.
+    let mut after: BTreeSet<NodeId> = BTreeSet::new();
+    for &n in &k.nodes {
+        let reads_inside = reads(g, n).any(|v| v.node == k.root || after.contains(&v.node));
+        if n != k.root && reads_inside {
+            after.insert(n);
+        }
+    }
+    if after.is_empty() {
+        return None;
+    }
+    let results: Vec<ValueRef> = (0..g.nodes[k.root].results.len())
+        .map(|i| ValueRef::new(k.root, i))
+        .filter(|v| k.outputs.contains(v) || after.iter().any(|&n| reads(g, n).any(|r| r == *v)))
+        .collect();
+    // The reduction's results the epilogue reads, and the kernel's outputs before it.
+    let head_outputs: Vec<ValueRef> = k
+        .outputs
+        .iter()
+        .copied()
+        .filter(|v| !after.contains(&v.node) && v.node != k.root)
+        .chain(results.iter().copied())
+        .collect();
+    let head = FusionKernel {
+        nodes: k
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| !after.contains(n))
+            .collect(),
+        outputs: head_outputs,
+        ..k.clone()
+    };
+    let tail: Vec<ValueRef> = k
+        .outputs
+        .iter()
+        .copied()
+        .filter(|v| after.contains(&v.node))
+        .collect();
+    let given: BTreeSet<ValueRef> = results.into_iter().collect();
+    // The epilogue with the cheap nodes the kernel recomputes; every other value it reads
+    // must have been computed by an earlier step.
+    let members: BTreeSet<NodeId> = after.iter().chain(&k.recomputed).copied().collect();
+    let outside_ready = members.iter().all(|&n| {
+        reads(g, n)
+            .all(|v| members.contains(&v.node) || given.contains(&v) || vals.ready.contains(&v))
+    });
+    if !outside_ready {
+        return None;
+    }
+    // Both parts or neither: a failed second part leaves the value table as it was.
+    let saved = vals.clone();
+    let steps = reduction_step(g, &[&head], vals).and_then(|s| {
+        let mut steps = vec![s];
+        steps.extend(elementwise_steps(g, &members, &tail, &given, vals)?);
+        Ok(steps)
+    });
+    if steps.is_err() {
+        *vals = saved;
+    }
+    steps.ok()
+}
+
+/// The values node `n` reads.
+fn reads(g: &Graph, n: NodeId) -> impl Iterator<Item = ValueRef> + '_ {
+    g.nodes[n].args.iter().flat_map(|a| a.values())
 }
 
 /// The step of row-reduction kernel `r` compiled from the kernels `ks` with operand `slots`.
