@@ -765,6 +765,19 @@ fn steps_of_constants_fold_unless_they_grow_the_artifact() {
     }
 }
 
+/// Inputs for an artifact: element `i` of input `k` is `value(k, i)`, in each input's dtype.
+fn inputs_of(a: &Artifact, value: impl Fn(usize, usize) -> f64) -> fxhlo_ir::Weights {
+    a.inputs()
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let vals: Vec<f64> = (0..s.numel()).map(|i| value(k, i)).collect();
+            let t = fxhlo_ir::HostTensor::from_f64(s.dtype, s.shape.clone(), &vals);
+            (s.name.clone(), t)
+        })
+        .collect()
+}
+
 /// `cat` runs as a concatenation step, not on the interpreter: along a negative dimension,
 /// with an input read twice, a computed input and a 1-D empty one (which `cat` skips), and of
 /// i64 values; the results are the interpreter's, bit for bit. A `cat` that promotes its
@@ -818,14 +831,7 @@ fn cat_runs_as_a_concatenation_step() {
         matches!(&fallbacks[..], [r] if r.contains("'cp'") && r.contains("input 0 has dtype i64")),
         "{fallbacks:?}"
     );
-    let mut inputs = fxhlo_ir::Weights::new();
-    for (k, s) in a.inputs().iter().enumerate() {
-        let vals: Vec<f64> = (0..s.numel()).map(|i| (k * 100 + i) as f64 - 7.5).collect();
-        inputs.insert(
-            s.name.clone(),
-            fxhlo_ir::HostTensor::from_f64(s.dtype, s.shape.clone(), &vals),
-        );
-    }
+    let inputs = inputs_of(&a, |k, i| (k * 100 + i) as f64 - 7.5);
     let want = fxhlo_runtime::run(&model, &inputs).unwrap();
     for threads in [1, 2] {
         let got = executor(a.clone(), threads).run(&inputs).unwrap();
@@ -864,16 +870,7 @@ fn a_reduction_whose_epilogue_cannot_run_by_rows_runs_as_two_steps() {
     let a = compile(&model, &CompileOptions::default()).unwrap();
     let (kinds, _) = step_kinds_of(&a);
     assert_eq!(kinds, ["reduction", "elementwise"]);
-    let mut inputs = fxhlo_ir::Weights::new();
-    for (k, s) in a.inputs().iter().enumerate() {
-        let vals: Vec<f64> = (0..s.numel())
-            .map(|i| ((i * 37 + k * 11) % 23) as f64 / 7.0 - 1.5)
-            .collect();
-        inputs.insert(
-            s.name.clone(),
-            fxhlo_ir::HostTensor::from_f64(s.dtype, s.shape.clone(), &vals),
-        );
-    }
+    let inputs = inputs_of(&a, |k, i| ((i * 37 + k * 11) % 23) as f64 / 7.0 - 1.5);
     let want = fxhlo_runtime::run(&model, &inputs).unwrap();
     let got = executor(a, 2).run(&inputs).unwrap();
     let c = fxhlo::compare(

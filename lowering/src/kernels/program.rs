@@ -244,7 +244,7 @@ fn recompute(g: &Graph, v: ValueRef, vals: &mut Values<'_>) -> Result<Vec<Step>,
             return Err(format!("value '{}' is not computed", g.value_name(v)));
         }
         if chain.insert(i) {
-            for a in g.nodes[i].args.iter().flat_map(|a| a.values()) {
+            for a in reads(g, i) {
                 if !vals.ready.contains(&a) {
                     work.push(a.node);
                 }
@@ -427,7 +427,7 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
     let mut prologue = BTreeSet::new();
     let mut work = vec![root];
     while let Some(i) = work.pop() {
-        for v in g.nodes[i].args.iter().flat_map(|a| a.values()) {
+        for v in reads(g, i) {
             if all.contains(&v.node) && prologue.insert(v.node) {
                 work.push(v.node);
             }
