@@ -1391,7 +1391,7 @@ impl Expr {
                 }
                 // A select reads its operands as slices (uniform ones are filled in); the
                 // other ops here have at most one uniform operand, read as a constant.
-                if let InstOp::Select(..) | InstOp::Fused(_) = inst.op {
+                if UNIFORM && matches!(inst.op, InstOp::Select(..) | InstOp::Fused(_)) {
                     for a in inst.op.reads() {
                         fill_uniform(regs, state, a, n);
                     }
