@@ -154,9 +154,9 @@ fn damaged_artifacts_are_refused_with_a_reason() {
     assert!(Artifact::from_bytes(&good).is_ok());
     assert!(load_err(b"{\"format\": 1}").contains("not an fxhlo artifact"));
     let mut v = good.clone();
-    v[8..12].copy_from_slice(&8u32.to_le_bytes());
+    v[8..12].copy_from_slice(&9u32.to_le_bytes());
     let e = load_err(&v);
-    assert!(e.contains("format version 8"), "{e}");
+    assert!(e.contains("format version 9"), "{e}");
     // A flipped bit in the header JSON or in the constants (not in a length field, which is
     // checked against the file size first).
     for at in [24, good.len() - 5] {
@@ -837,6 +837,93 @@ fn cat_runs_as_a_concatenation_step() {
         let got = executor(a.clone(), threads).run(&inputs).unwrap();
         assert_eq!(got, want, "{threads} threads");
     }
+}
+
+/// The index ops run as their own steps, not on the interpreter, with the interpreter's
+/// results bit for bit on 1 and 2 threads: `argmax` over a dimension (after a fused `relu`,
+/// with an `f32` epilogue), `argmin` of the flattened input (with an `i64` epilogue, which
+/// alone falls back), `max.dim` (values and indices, keepdim), `cumsum` of `f32` and of
+/// `i64`, `gather` along a dimension, and `x[:, idx]` with negative indices. The inputs have
+/// ties (the first index must win). An index out of range at run time is an error naming it.
+#[test]
+fn index_ops_run_as_their_own_steps() {
+    let json = br#"{
+      "format": "fxhlo-graph", "version": 1,
+      "inputs": [
+        {"name": "x", "kind": "user_input", "type": {"dtype": "f32", "shape": [6, 37]}},
+        {"name": "y", "kind": "user_input", "type": {"dtype": "f32", "shape": [4, 5, 3]}},
+        {"name": "ix", "kind": "user_input", "type": {"dtype": "i64", "shape": [6, 4]}},
+        {"name": "iv", "kind": "user_input", "type": {"dtype": "i64", "shape": [2, 3]}}
+      ],
+      "nodes": [
+        {"name": "r", "op": "aten.relu.default", "args": {"self": {"tensor": "x"}},
+         "results": [{"name": "r", "type": {"dtype": "f32", "shape": [6, 37]}}]},
+        {"name": "am", "op": "aten.argmax.default", "args": {"self": {"tensor": "r"}, "dim": {"int": -1}},
+         "results": [{"name": "am", "type": {"dtype": "i64", "shape": [6]}}]},
+        {"name": "amf", "op": "aten._to_copy.default", "args": {"self": {"tensor": "am"}, "dtype": {"dtype": "f32"}},
+         "results": [{"name": "amf", "type": {"dtype": "f32", "shape": [6]}}]},
+        {"name": "amh", "op": "aten.mul.Tensor", "args": {"self": {"tensor": "amf"}, "other": {"float": 0.5}},
+         "results": [{"name": "amh", "type": {"dtype": "f32", "shape": [6]}}]},
+        {"name": "mn", "op": "aten.argmin.default", "args": {"self": {"tensor": "x"}, "dim": {"none": null}},
+         "results": [{"name": "mn", "type": {"dtype": "i64", "shape": []}}]},
+        {"name": "mn1", "op": "aten.add.Tensor", "args": {"self": {"tensor": "mn"}, "other": {"int": 1}},
+         "results": [{"name": "mn1", "type": {"dtype": "i64", "shape": []}}]},
+        {"name": "md", "op": "aten.max.dim", "args": {"self": {"tensor": "y"}, "dim": {"int": 1}, "keepdim": {"bool": true}},
+         "results": [{"name": "mdv", "type": {"dtype": "f32", "shape": [4, 1, 3]}},
+                     {"name": "mdi", "type": {"dtype": "i64", "shape": [4, 1, 3]}}]},
+        {"name": "cs", "op": "aten.cumsum.default", "args": {"self": {"tensor": "y"}, "dim": {"int": 1}},
+         "results": [{"name": "cs", "type": {"dtype": "f32", "shape": [4, 5, 3]}}]},
+        {"name": "csi", "op": "aten.cumsum.default", "args": {"self": {"tensor": "ix"}, "dim": {"int": 0}},
+         "results": [{"name": "csi", "type": {"dtype": "i64", "shape": [6, 4]}}]},
+        {"name": "gd", "op": "aten.gather.default", "args": {"self": {"tensor": "x"}, "dim": {"int": 1}, "index": {"tensor": "ix"}},
+         "results": [{"name": "gd", "type": {"dtype": "f32", "shape": [6, 4]}}]},
+        {"name": "it", "op": "aten.index.Tensor", "args": {"self": {"tensor": "y"}, "indices": {"tensors": [null, "iv"]}},
+         "results": [{"name": "it", "type": {"dtype": "f32", "shape": [4, 2, 3, 3]}}]}
+      ],
+      "outputs": ["am", "amh", "mn1", "mdv", "mdi", "cs", "csi", "gd", "it"]
+    }"#;
+    let model = fxhlo::model_from_fxjson(json, Default::default()).unwrap();
+    let a = compile(&model, &CompileOptions::default()).unwrap();
+    let (kinds, _) = step_kinds_of(&a);
+    let count = |k: &str| kinds.iter().filter(|&&x| x == k).count();
+    assert_eq!(
+        [
+            count("argreduce"),
+            count("cumsum"),
+            count("gather_dim"),
+            count("gather")
+        ],
+        [3, 2, 1, 1],
+        "{kinds:?}"
+    );
+    let fallbacks: Vec<&fxhlo_runtime::fast::Step> = a
+        .header
+        .program
+        .steps
+        .iter()
+        .filter(|s| matches!(s.kernel, fxhlo_runtime::fast::Kernel::Fallback { .. }))
+        .collect();
+    assert!(
+        matches!(&fallbacks[..], [s] if s.nodes == ["mn1"]),
+        "only the i64 epilogue falls back: {:?}",
+        fallbacks.iter().map(|s| &s.nodes).collect::<Vec<_>>()
+    );
+    // Ties in x and y; ix within x's rows of 37; iv from -3 (wrapped) to 2.
+    let value = |k: usize, i: usize| match k {
+        0 | 1 => ((k * 131 + i * 71) % 17) as f64 - 8.0,
+        2 => ((i * 7) % 37) as f64,
+        _ => i as f64 - 3.0,
+    };
+    let inputs = inputs_of(&a, value);
+    let want = fxhlo_runtime::run(&model, &inputs).unwrap();
+    for threads in [1, 2] {
+        let got = executor(a.clone(), threads).run(&inputs).unwrap();
+        assert_eq!(got, want, "{threads} threads");
+    }
+    // An index of 37 into rows of 37.
+    let bad = inputs_of(&a, |k, i| if k == 2 && i == 5 { 37.0 } else { value(k, i) });
+    let e = executor(a, 1).run(&bad).unwrap_err().to_string();
+    assert!(e.contains("index 37 is out of bounds"), "{e}");
 }
 
 /// A layer norm over channels written back permuted (ConvNeXt's `LayerNorm2d`: permute, layer

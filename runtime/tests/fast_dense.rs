@@ -1239,6 +1239,7 @@ fn index_select_matches_interpreter() {
             rows: shape[dim],
             inner: shape[dim + 1..].iter().product(),
             indices: idx.len(),
+            wrap: false,
         };
         let mut out = vec![0.0; spec.output_len()];
         gather(&spec, &x, &idx, &mut out).unwrap();
@@ -1263,11 +1264,18 @@ fn gather_errors() {
         rows: 2,
         inner: 2,
         indices: 1,
+        wrap: false,
     };
     assert!(gather(&huge, &t, &[0], &mut out).is_err());
+    // A wrapping spec takes -rows..rows: -1 is the last row, -5 is out of range.
+    let wrap = GatherSpec { wrap: true, ..spec };
+    gather(&wrap, &t, &[-1, 0], &mut out).unwrap();
+    assert_eq!(out, [&t[9..12], &t[0..3]].concat());
+    assert!(gather(&wrap, &t, &[-5, 0], &mut out).is_err());
+    assert!(gather(&wrap, &t, &[4, 0], &mut out).is_err());
     // Empty rows and no indices are fine.
     let e = GatherSpec::embedding(4, 0, 2);
-    gather(&e, &[], &[1, 2], &mut []).unwrap();
+    gather::<f32>(&e, &[], &[1, 2], &mut []).unwrap();
     let e = GatherSpec::embedding(4, 3, 0);
     gather(&e, &t, &[], &mut []).unwrap();
 }

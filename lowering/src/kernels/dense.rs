@@ -1,4 +1,5 @@
-//! Specs of the dense kernels (`fast::{gemm, conv, pool, gather}`) from graph nodes.
+//! Specs of the dense kernels (`fast::{gemm, conv, pool, gather, concat, index}`) from graph
+//! nodes.
 //!
 //! Each function reads one node's arguments and returns the runtime spec plus the values the
 //! kernel reads. Matmul operands look through layout-only producers (`permute`, `view`,
@@ -13,7 +14,9 @@ use fxhlo_runtime::fast::concat::ConcatSpec;
 use fxhlo_runtime::fast::conv::ConvSpec;
 use fxhlo_runtime::fast::gather::GatherSpec;
 use fxhlo_runtime::fast::gemm::{MatmulSpec, Operand};
+use fxhlo_runtime::fast::index::{ArgSpec, GatherDimSpec, ScanSpec};
 use fxhlo_runtime::fast::pool::{PoolKind, PoolSpec};
+use fxhlo_runtime::fast::program::Kernel;
 
 /// A matmul node as a kernel: the spec and the values behind its operands.
 #[derive(Clone, Debug, PartialEq)]
@@ -163,6 +166,18 @@ impl<'g> Args<'g> {
             (2, _) => Ok([u(v[0])?, u(v[1])?]),
             _ => Err(self.err(format!("'{name}' has {} entries, expected 1 or 2", v.len()))),
         }
+    }
+
+    /// Dimension argument `name` of a tensor of `rank` (at least 1), a negative one counted
+    /// from the end.
+    fn dim(&self, name: &str, rank: usize) -> Result<usize, String> {
+        let d = self.int(name)?;
+        let r = rank as i64;
+        let dim = if d < 0 { d + r } else { d };
+        if dim < 0 || dim >= r {
+            return Err(self.err(format!("dim {d} is out of range for rank {rank}")));
+        }
+        Ok(dim as usize)
     }
 
     /// The static shape of `v`, which must be `f32` (or `dtype`).
@@ -642,13 +657,7 @@ pub fn concat_spec(g: &Graph, node: NodeId) -> Result<(ConcatSpec, Vec<ValueRef>
         )));
     }
     let out_shape = a.shape_of(out, dtype, "the result")?;
-    let rank = out_shape.len() as i64;
-    let d = a.int("dim")?;
-    let dim = if d < 0 { d + rank } else { d };
-    if dim < 0 || dim >= rank {
-        return Err(a.err(format!("dim {d} is out of range for rank {rank}")));
-    }
-    let dim = dim as usize;
+    let dim = a.dim("dim", out_shape.len())?;
     let outer: usize = out_shape[..dim].iter().product();
     let inner: usize = out_shape[dim + 1..].iter().product();
     let mut runs = Vec::with_capacity(inputs.len());
@@ -712,6 +721,7 @@ pub fn gather_spec(g: &Graph, node: NodeId) -> Result<GatherKernel, String> {
                         rows: 1,
                         inner: 1,
                         indices: count,
+                        wrap: false,
                     },
                     vec![],
                 )
@@ -721,6 +731,7 @@ pub fn gather_spec(g: &Graph, node: NodeId) -> Result<GatherKernel, String> {
                     rows: ts[dim],
                     inner: ts[dim + 1..].iter().product(),
                     indices: count,
+                    wrap: false,
                 };
                 let mut out = ts.clone();
                 out[dim] = count;
@@ -734,6 +745,169 @@ pub fn gather_spec(g: &Graph, node: NodeId) -> Result<GatherKernel, String> {
         spec,
         table,
         indices,
+    })
+}
+
+/// A node of the index kernels as one step: the runtime kernel, the values it reads and the
+/// node's results it writes (in the kernel's order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexKernel {
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Its sources.
+    pub operands: Vec<ValueRef>,
+    /// Its destinations.
+    pub results: Vec<ValueRef>,
+}
+
+/// `(outer, len, inner)`: the products of the dimensions before `dim`, its size, and the
+/// product of those after it.
+fn lanes(shape: &[usize], dim: usize) -> (usize, usize, usize) {
+    let p = |s: &[usize]| s.iter().product::<usize>();
+    (p(&shape[..dim]), shape[dim], p(&shape[dim + 1..]))
+}
+
+/// The element type of a tensor a copying kernel moves (f32, i64 or bool).
+fn copied_dtype(a: &Args<'_>, v: ValueRef, what: &str) -> Result<DType, String> {
+    match a.g.ty(v).dtype {
+        d @ (DType::F32 | DType::I64 | DType::Bool) => Ok(d),
+        d => Err(a.err(format!(
+            "{what} is {d}; the fast kernel copies f32, i64 or bool"
+        ))),
+    }
+}
+
+/// `argmax`/`argmin` (`dim` given or none: the flattened input) and `max.dim`/`min.dim` of an
+/// `f32` input, `cumsum` of `f32` or `i64`, `gather` along a dimension, and `index.Tensor` with
+/// one `i64` index tensor after any number of full slices (`x[idx]`, `x[:, idx]`: a row
+/// gather that wraps negative indices). Anything else, a 0-d input included, is refused
+/// with the reason.
+pub fn index_kernel(g: &Graph, node: NodeId) -> Result<IndexKernel, String> {
+    let op = op_of(g, node)?;
+    let a = Args { g, node };
+    let res = |i: usize| ValueRef::new(node, i);
+    let nonscalar = |s: &[usize]| {
+        if s.is_empty() {
+            Err(a.err("a 0-d input has no fast kernel"))
+        } else {
+            Ok(())
+        }
+    };
+    let (kernel, operands, results) = match op {
+        Op::Argmax | Op::Argmin | Op::MaxDim | Op::MinDim => {
+            let values = matches!(op, Op::MaxDim | Op::MinDim);
+            let x = a.tensor("self")?;
+            let xs = a.shape_of(x, DType::F32, "self")?;
+            nonscalar(&xs)?;
+            let keep = a.bool("keepdim")?;
+            let dim = if values {
+                Some(a.dim("dim", xs.len())?)
+            } else {
+                match a.opt_int("dim")? {
+                    Some(_) => Some(a.dim("dim", xs.len())?),
+                    None => None,
+                }
+            };
+            let ((outer, len, inner), out) = match dim {
+                Some(d) => {
+                    let mut out = xs.clone();
+                    if keep {
+                        out[d] = 1;
+                    } else {
+                        out.remove(d);
+                    }
+                    (lanes(&xs, d), out)
+                }
+                None => (
+                    (1, xs.iter().product(), 1),
+                    if keep { vec![1; xs.len()] } else { vec![] },
+                ),
+            };
+            if len == 0 && outer * inner > 0 {
+                return Err(a.err("reduces over a dimension of size zero"));
+            }
+            let max = matches!(op, Op::Argmax | Op::MaxDim);
+            let spec = ArgSpec {
+                outer,
+                len,
+                inner,
+                max,
+            };
+            let results = if values {
+                a.check_result(0, DType::F32, &out)?;
+                a.check_result(1, DType::I64, &out)?;
+                vec![res(0), res(1)]
+            } else {
+                a.check_result(0, DType::I64, &out)?;
+                vec![res(0)]
+            };
+            (Kernel::ArgReduce(spec), vec![x], results)
+        }
+        Op::Cumsum => {
+            let x = a.tensor("self")?;
+            let dtype = g.ty(res(0)).dtype;
+            if !matches!(dtype, DType::F32 | DType::I64) || g.ty(x).dtype != dtype {
+                return Err(a.err(format!(
+                    "sums {} into {dtype}; the fast kernel sums f32 or i64 in their own type",
+                    g.ty(x).dtype
+                )));
+            }
+            let xs = a.shape_of(x, dtype, "self")?;
+            nonscalar(&xs)?;
+            let (outer, len, inner) = lanes(&xs, a.dim("dim", xs.len())?);
+            a.check_result(0, dtype, &xs)?;
+            let spec = ScanSpec { outer, len, inner };
+            (Kernel::Cumsum(spec), vec![x], vec![res(0)])
+        }
+        Op::Gather => {
+            let (x, i) = (a.tensor("self")?, a.tensor("index")?);
+            let dtype = copied_dtype(&a, x, "self")?;
+            let xs = a.shape_of(x, dtype, "self")?;
+            let is = a.shape_of(i, DType::I64, "the index")?;
+            nonscalar(&xs)?;
+            let spec = GatherDimSpec {
+                dim: a.dim("dim", xs.len())?,
+                x_shape: xs,
+                index_shape: is.clone(),
+            };
+            let n = is.iter().product();
+            spec.validate(spec.x_shape.iter().product(), n, n)
+                .map_err(|e| a.err(e))?;
+            a.check_result(0, dtype, &is)?;
+            (Kernel::GatherDim(spec), vec![x, i], vec![res(0)])
+        }
+        Op::IndexTensor => {
+            let x = a.tensor("self")?;
+            let dtype = copied_dtype(&a, x, "self")?;
+            let xs = a.shape_of(x, dtype, "self")?;
+            let list = match a.arg("indices")? {
+                Arg::Tensors(vs) => vs,
+                other => return Err(a.err(format!("'indices' is a {}", other.kind_name()))),
+            };
+            // One index tensor, after full slices (`None`) only.
+            let p = list.iter().take_while(|v| v.is_none()).count();
+            let (Some(Some(i)), true) = (list.get(p), list.len() == p + 1 && p < xs.len()) else {
+                return Err(a.err("the fast kernel takes one index tensor after full slices only"));
+            };
+            let is = a.shape_of(*i, DType::I64, "the index")?;
+            let (outer, rows, inner) = lanes(&xs, p);
+            let spec = GatherSpec {
+                outer,
+                rows,
+                inner,
+                indices: is.iter().product(),
+                wrap: true,
+            };
+            let out = [&xs[..p], &is[..], &xs[p + 1..]].concat();
+            a.check_result(0, dtype, &out)?;
+            (Kernel::Gather(spec), vec![x, *i], vec![res(0)])
+        }
+        _ => return Err(a.err("is not an index op")),
+    };
+    Ok(IndexKernel {
+        kernel,
+        operands,
+        results,
     })
 }
 
@@ -946,7 +1120,8 @@ mod tests {
                 outer: 3,
                 rows: 7,
                 inner: 5,
-                indices: 4
+                indices: 4,
+                wrap: false
             }
         );
     }
@@ -973,6 +1148,83 @@ mod tests {
 }"#,
         );
         assert!(matmul_spec(&g, n).unwrap_err().contains("dtype"));
+    }
+
+    /// The index kernels' geometry from their nodes, and what they refuse (with the node
+    /// named): a 0-d input, two index tensors, an i32 index, a promoting `cumsum`.
+    #[test]
+    fn index_specs_and_refusals() {
+        let text = r#"graph {
+  %x: f32[2, 3, 4] = input
+  %i: i64[5] = input
+  %j: i64[2, 2, 4] = input
+  %m: i32[2] = input
+  %s: f32[] = input
+  %xi: i64[2, 3, 4] = input
+  %am: i64[2, 4] = aten.argmax.default(%x, dim=-2)
+  %an: i64[1, 1, 1] = aten.argmin.default(%x, dim=none, keepdim=true)
+  md: %mv: f32[2, 3], %mi: i64[2, 3] = aten.max.dim(%x, dim=2)
+  %cs: f32[2, 3, 4] = aten.cumsum.default(%x, dim=1)
+  %g: f32[2, 2, 4] = aten.gather.default(%x, dim=1, index=%j)
+  %ix: f32[2, 5, 4] = aten.index.Tensor(%x, [none, %i])
+  %a0: i64[] = aten.argmax.default(%s, dim=none)
+  %i2: f32[5] = aten.index.Tensor(%x, [%i, %i, %i])
+  %im: f32[2, 3, 4] = aten.index.Tensor(%x, [%m])
+  %cf: f32[2, 3, 4] = aten.cumsum.default(%xi, dim=0, dtype=f32)
+  return %am, %an, %mv, %mi, %cs, %g, %ix, %a0, %i2, %im, %cf
+}"#;
+        let g = parse_graph(text).expect("graph parses");
+        let at = |name: &str| g.nodes.iter().position(|n| n.name == name).unwrap();
+        let k = |name: &str| index_kernel(&g, at(name));
+        let arg = |o, l, i, max| ArgSpec {
+            outer: o,
+            len: l,
+            inner: i,
+            max,
+        };
+        assert_eq!(
+            k("am").unwrap().kernel,
+            Kernel::ArgReduce(arg(2, 3, 4, true))
+        );
+        assert_eq!(
+            k("an").unwrap().kernel,
+            Kernel::ArgReduce(arg(1, 24, 1, false))
+        );
+        let md = k("md").unwrap();
+        assert_eq!(md.kernel, Kernel::ArgReduce(arg(6, 4, 1, true)));
+        assert_eq!(md.results.len(), 2);
+        let scan = ScanSpec {
+            outer: 2,
+            len: 3,
+            inner: 4,
+        };
+        assert_eq!(k("cs").unwrap().kernel, Kernel::Cumsum(scan));
+        let g_spec = GatherDimSpec {
+            x_shape: vec![2, 3, 4],
+            index_shape: vec![2, 2, 4],
+            dim: 1,
+        };
+        assert_eq!(k("g").unwrap().kernel, Kernel::GatherDim(g_spec));
+        let rows = GatherSpec {
+            outer: 2,
+            rows: 3,
+            inner: 4,
+            indices: 5,
+            wrap: true,
+        };
+        assert_eq!(k("ix").unwrap().kernel, Kernel::Gather(rows));
+        for (name, why) in [
+            ("a0", "0-d"),
+            ("i2", "one index tensor"),
+            ("im", "dtype i32"),
+            ("cf", "sums i64 into f32"),
+        ] {
+            let e = k(name).unwrap_err();
+            assert!(
+                e.contains(&format!("'{name}'")) && e.contains(why),
+                "{name}: {e}"
+            );
+        }
     }
 
     /// Runs the last node of `text` through the fast matmul reading the looked-through

@@ -176,14 +176,8 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                 None => build_kernel(g, k, &mut vals)?,
             }
         };
-        for s in steps {
-            for &d in &s.dsts {
-                if let Some(Some(v)) = vals.refs.get(d as usize) {
-                    vals.ready.insert(*v);
-                }
-            }
-            program.steps.push(s);
-        }
+        mark_ready(&mut vals, &steps);
+        program.steps.extend(steps);
     }
     for &o in &g.outputs {
         program.outputs.push(vals.id(o)?);
@@ -252,13 +246,7 @@ fn recompute(g: &Graph, v: ValueRef, vals: &mut Values<'_>) -> Result<Vec<Step>,
         }
     }
     let steps = elementwise_steps(g, &chain, &[v], &BTreeSet::new(), vals)?;
-    for st in &steps {
-        for &d in &st.dsts {
-            if let Some(Some(r)) = vals.refs.get(d as usize) {
-                vals.ready.insert(*r);
-            }
-        }
-    }
+    mark_ready(vals, &steps);
     Ok(steps)
 }
 
@@ -288,6 +276,7 @@ fn build_kernel(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Ve
         }
         KernelKind::Matmul | KernelKind::Conv => heavy_steps(g, k, vals),
         KernelKind::Other => other_steps(g, k, vals),
+        KernelKind::Reduction if is_arg_reduction(g, k.root) => arg_steps(g, k, vals),
         KernelKind::Reduction => reduction_step(g, &[k], vals)
             .map(|s| vec![s])
             .or_else(|e| reduction_then_epilogue(g, k, vals).ok_or(e)),
@@ -551,6 +540,154 @@ fn reduction_step(g: &Graph, ks: &[&FusionKernel], vals: &mut Values<'_>) -> Res
     row_step(g, ks, r, &slots, vals)
 }
 
+/// Whether node `n` is an arg-reduction (`argmax`, `argmin`, `max.dim`, `min.dim`), which
+/// runs as its own step (see [`arg_steps`]) rather than in the row-reduction kernel.
+fn is_arg_reduction(g: &Graph, n: NodeId) -> bool {
+    use fxhlo_ir::Op;
+    matches!(
+        g.nodes[n].op(),
+        Some(Op::Argmax | Op::Argmin | Op::MaxDim | Op::MinDim)
+    )
+}
+
+/// The nodes of kernel `k` that read its root's results, directly or through each other (the
+/// epilogue).
+fn after_root(g: &Graph, k: &FusionKernel) -> BTreeSet<NodeId> {
+    let mut after: BTreeSet<NodeId> = BTreeSet::new();
+    for &n in &k.nodes {
+        let reads_inside = reads(g, n).any(|v| v.node == k.root || after.contains(&v.node));
+        if n != k.root && reads_inside {
+            after.insert(n);
+        }
+    }
+    after
+}
+
+/// An arg-reduction kernel as steps: its prologue (if any) as elementwise steps that
+/// materialize the reduction's input, the arg-reduction step, then its epilogue as
+/// elementwise steps, or, where those cannot run it (arithmetic on the `i64` indices, say), as
+/// a fallback step of the epilogue's nodes alone. The value table is restored on an error.
+fn arg_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
+    let saved = vals.clone();
+    let steps = arg_steps_inner(g, k, vals);
+    if steps.is_err() {
+        *vals = saved;
+    }
+    steps
+}
+
+fn arg_steps_inner(
+    g: &Graph,
+    k: &FusionKernel,
+    vals: &mut Values<'_>,
+) -> Result<Vec<Step>, String> {
+    let after = after_root(g, k);
+    let ik = super::dense::index_kernel(g, k.root)?;
+    let mut steps = vec![];
+    // The prologue: the input and the kernel's other outputs computed before the root, each
+    // from the values already computed.
+    let before = k
+        .outputs
+        .iter()
+        .filter(|v| v.node != k.root && !after.contains(&v.node));
+    for &v in ik.operands.iter().chain(before) {
+        if !vals.ready.contains(&v) {
+            steps.extend(recompute(g, v, vals)?);
+        }
+    }
+    let srcs = operand_ids(g, &ik.operands, &BTreeSet::new(), vals)?;
+    let dsts = operand_ids(g, &ik.results, &BTreeSet::new(), vals)?;
+    steps.push(Step {
+        nodes: vec![g.nodes[k.root].name.clone()],
+        launch: launch(vals, &srcs, &dsts, vec![1]),
+        srcs,
+        dsts,
+        kernel: ik.kernel,
+    });
+    mark_ready(vals, &steps);
+    let tail = outputs_of(k, &after);
+    if tail.is_empty() {
+        return Ok(steps);
+    }
+    let members: BTreeSet<NodeId> = after.iter().chain(&k.recomputed).copied().collect();
+    let saved = vals.clone();
+    let epilogue = if computed_before(g, &members, &BTreeSet::new(), vals) {
+        elementwise_steps(g, &members, &tail, &BTreeSet::new(), vals)
+    } else {
+        Err("the epilogue reads a value computed later".to_string())
+    };
+    match epilogue {
+        Ok(s) => steps.extend(s),
+        Err(reason) => {
+            *vals = saved;
+            let rest = nodes_kernel(g, &after, tail);
+            if let Some(v) = rest.inputs.iter().find(|v| !vals.ready.contains(v)) {
+                return Err(format!(
+                    "{reason}; and its epilogue reads '{}', computed inside the kernel",
+                    g.value_name(*v)
+                ));
+            }
+            steps.push(fallback_step(g, &rest, vals, reason)?);
+        }
+    }
+    Ok(steps)
+}
+
+/// The outputs of kernel `k` that the nodes `of` compute.
+fn outputs_of(k: &FusionKernel, of: &BTreeSet<NodeId>) -> Vec<ValueRef> {
+    k.outputs
+        .iter()
+        .copied()
+        .filter(|v| of.contains(&v.node))
+        .collect()
+}
+
+/// Whether every value the nodes `members` read from outside them is in `given` or already
+/// computed.
+fn computed_before(
+    g: &Graph,
+    members: &BTreeSet<NodeId>,
+    given: &BTreeSet<ValueRef>,
+    vals: &Values<'_>,
+) -> bool {
+    members.iter().all(|&n| {
+        reads(g, n)
+            .all(|v| members.contains(&v.node) || given.contains(&v) || vals.ready.contains(&v))
+    })
+}
+
+/// Marks the results of `steps` computed.
+fn mark_ready(vals: &mut Values<'_>, steps: &[Step]) {
+    for st in steps {
+        for &d in &st.dsts {
+            if let Some(Some(r)) = vals.refs.get(d as usize) {
+                vals.ready.insert(*r);
+            }
+        }
+    }
+}
+
+/// A fusion kernel of `nodes` alone with `outputs`: its inputs are the values they read from
+/// outside.
+fn nodes_kernel(g: &Graph, nodes: &BTreeSet<NodeId>, outputs: Vec<ValueRef>) -> FusionKernel {
+    let mut inputs: Vec<ValueRef> = vec![];
+    for &n in nodes {
+        for v in reads(g, n) {
+            if !nodes.contains(&v.node) && !inputs.contains(&v) {
+                inputs.push(v);
+            }
+        }
+    }
+    FusionKernel {
+        kind: KernelKind::Elementwise,
+        root: nodes.last().copied().unwrap_or_default(),
+        nodes: nodes.iter().copied().collect(),
+        recomputed: vec![],
+        inputs,
+        outputs,
+    }
+}
+
 /// A reduction kernel whose nodes after the reduction (its epilogue) cannot run row by row (a
 /// layer norm over channels written back permuted, say), as two steps: the reduction with its
 /// results materialized, then the epilogue as elementwise steps reading them. `None` when the
@@ -560,14 +697,7 @@ fn reduction_then_epilogue(
     k: &FusionKernel,
     vals: &mut Values<'_>,
 ) -> Option<Vec<Step>> {
-    // The nodes that read the reduction's results, directly or through each other.
-    let mut after: BTreeSet<NodeId> = BTreeSet::new();
-    for &n in &k.nodes {
-        let reads_inside = reads(g, n).any(|v| v.node == k.root || after.contains(&v.node));
-        if n != k.root && reads_inside {
-            after.insert(n);
-        }
-    }
+    let after = after_root(g, k);
     if after.is_empty() {
         return None;
     }
@@ -593,21 +723,12 @@ fn reduction_then_epilogue(
         outputs: head_outputs,
         ..k.clone()
     };
-    let tail: Vec<ValueRef> = k
-        .outputs
-        .iter()
-        .copied()
-        .filter(|v| after.contains(&v.node))
-        .collect();
+    let tail = outputs_of(k, &after);
     let given: BTreeSet<ValueRef> = results.into_iter().collect();
     // The epilogue with the cheap nodes the kernel recomputes; every other value it reads
     // must have been computed by an earlier step.
     let members: BTreeSet<NodeId> = after.iter().chain(&k.recomputed).copied().collect();
-    let outside_ready = members.iter().all(|&n| {
-        reads(g, n)
-            .all(|v| members.contains(&v.node) || given.contains(&v) || vals.ready.contains(&v))
-    });
-    if !outside_ready {
+    if !computed_before(g, &members, &given, vals) {
         return None;
     }
     // Both parts or neither: a failed second part leaves the value table as it was.
@@ -729,6 +850,10 @@ fn other_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
         Some(Op::Cat) => {
             let (spec, inputs) = super::dense::concat_spec(g, root)?;
             (Kernel::Concat(spec), inputs, vec![ValueRef::new(root, 0)])
+        }
+        Some(Op::Cumsum | Op::Gather | Op::IndexTensor) => {
+            let ik = super::dense::index_kernel(g, root)?;
+            (ik.kernel, ik.operands, ik.results)
         }
         Some(Op::Embedding | Op::IndexSelect) => {
             let gk = super::dense::gather_spec(g, root)?;

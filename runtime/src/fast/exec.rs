@@ -897,10 +897,31 @@ fn run_kernel(
             super::pool::pool2d(spec, f32_src(srcs, 0)?, out, Some(idx));
             Ok(())
         }
-        (Kernel::Gather(spec), [Dst::F32(out)]) => {
-            super::gather::gather(spec, f32_src(srcs, 0)?, i64_src(srcs, 1)?, out)
+        (Kernel::Gather(spec), [out]) => {
+            let idx = i64_src(srcs, 1)?;
+            copy_typed!(srcs.first(), out, |x, o| super::gather::gather(
+                spec, x, idx, o
+            ))
+        }
+        (Kernel::GatherDim(spec), [out]) => {
+            let idx = i64_src(srcs, 1)?;
+            copy_typed!(srcs.first(), out, |x, o| super::index::gather_dim(
+                spec, x, idx, o
+            ))
         }
         (Kernel::Concat(spec), [out]) => run_concat(spec, srcs, out),
+        (Kernel::ArgReduce(spec), [Dst::I64(idx)]) => {
+            super::index::arg_reduce(spec, f32_src(srcs, 0)?, idx, None)
+        }
+        (Kernel::ArgReduce(spec), [Dst::F32(values), Dst::I64(idx)]) => {
+            super::index::arg_reduce(spec, f32_src(srcs, 0)?, idx, Some(values))
+        }
+        (Kernel::Cumsum(spec), [Dst::F32(out)]) => {
+            super::index::cumsum_f32(spec, f32_src(srcs, 0)?, out)
+        }
+        (Kernel::Cumsum(spec), [Dst::I64(out)]) => {
+            super::index::cumsum_i64(spec, i64_src(srcs, 0)?, out)
+        }
         (Kernel::Attention(spec), [Dst::F32(out)]) => {
             let mask = if spec.mask.is_some() {
                 Some(f32_src(srcs, 3)?)
@@ -914,6 +935,21 @@ fn run_kernel(
         (k, _) => Err(format!("{} kernel with unexpected results", k.kind())),
     }
 }
+
+/// `$f` with `$x` the source `$src` (an `Option<&Src>`) and `$o` the destination `$dst`, as
+/// slices of one element type (f32, i64 or bool): a kernel that copies elements whatever
+/// their type, instantiated for each.
+macro_rules! copy_typed {
+    ($src:expr, $dst:expr, |$x:ident, $o:ident| $f:expr) => {
+        match ($src, $dst) {
+            (Some(&Src::F32($x)), Dst::F32($o)) => $f,
+            (Some(&Src::I64($x)), Dst::I64($o)) => $f,
+            (Some(&Src::Bool($x)), Dst::Bool($o)) => $f,
+            _ => Err("the source and the result have different element types".to_string()),
+        }
+    };
+}
+use copy_typed;
 
 /// A concatenation into `out`, whose element type every source must have.
 fn run_concat(
@@ -951,6 +987,11 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
     let n_src = s.srcs.len();
     let n_dst = s.dsts.len();
     let want = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
+    // A copying kernel's source and result: one element type, f32, i64 or bool.
+    let copies = |src: Option<&u32>, dst: Option<&u32>| {
+        let t = spec(dst).map(|t| t.dtype);
+        matches!(t, Some(DType::F32 | DType::I64 | DType::Bool)) && spec(src).map(|t| t.dtype) == t
+    };
     match &s.kernel {
         Kernel::Fallback { .. } => Ok(()),
         Kernel::Elementwise(e) => {
@@ -1020,10 +1061,8 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
         Kernel::Gather(gs) => {
             want(n_src == 2 && n_dst == 1, "gather operand count")?;
             want(
-                is(s.srcs.first(), DType::F32)
-                    && is(s.srcs.get(1), DType::I64)
-                    && is(s.dsts.first(), DType::F32),
-                "gather takes an f32 table and i64 indices",
+                copies(s.srcs.first(), s.dsts.first()) && is(s.srcs.get(1), DType::I64),
+                "gather takes a table of f32, i64 or bool, i64 indices and a result of the table's type",
             )?;
             gs.validate(
                 len(s.srcs.first()).unwrap_or(0),
@@ -1043,6 +1082,52 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
             )?;
             let lens: Vec<usize> = s.srcs.iter().map(|v| len(Some(v)).unwrap_or(0)).collect();
             c.validate(&lens, len(s.dsts.first()).unwrap_or(0))
+        }
+        Kernel::GatherDim(gs) => {
+            want(n_src == 2 && n_dst == 1, "gather operand count")?;
+            want(
+                copies(s.srcs.first(), s.dsts.first()) && is(s.srcs.get(1), DType::I64),
+                "gather takes an input of f32, i64 or bool, an i64 index and a result of the input's type",
+            )?;
+            gs.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                len(s.srcs.get(1)).unwrap_or(0),
+                len(s.dsts.first()).unwrap_or(0),
+            )
+        }
+        Kernel::ArgReduce(a) => {
+            want(
+                n_src == 1 && (n_dst == 1 || n_dst == 2),
+                "arg-reduction operand count",
+            )?;
+            let (values, idx) = match s.dsts[..] {
+                [i] => (None, i),
+                [v, i] => (Some(v), i),
+                _ => unreachable!("one or two results, checked above"),
+            };
+            want(
+                all_f32(&s.srcs)
+                    && is(Some(&idx), DType::I64)
+                    && values.is_none_or(|v| is(Some(&v), DType::F32)),
+                "arg-reduction takes an f32 input and gives i64 indices (after f32 values)",
+            )?;
+            a.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                len(Some(&idx)).unwrap_or(0),
+                values.and_then(|v| len(Some(&v))),
+            )
+        }
+        Kernel::Cumsum(c) => {
+            want(n_src == 1 && n_dst == 1, "cumsum operand count")?;
+            want(
+                all_f32(&s.srcs) && all_f32(&s.dsts)
+                    || is(s.srcs.first(), DType::I64) && is(s.dsts.first(), DType::I64),
+                "cumsum's input and result must be both f32 or both i64",
+            )?;
+            c.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                len(s.dsts.first()).unwrap_or(0),
+            )
         }
         Kernel::Attention(a) => {
             let n_op = 3 + a.mask.is_some() as usize;

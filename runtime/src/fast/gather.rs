@@ -1,10 +1,13 @@
-//! Row gathers: `embedding` and `index_select` on `f32` tables.
+//! Row gathers: `embedding`, `index_select` and `index.Tensor` with one index tensor, on
+//! tables of any element type.
 //!
 //! The table is viewed as `[outer, rows, inner]`; the output is `[outer, indices, inner]` with
 //! `out[o, i, :] = table[o, idx[i], :]`. `embedding` is `outer = 1`, `rows = V`, `inner = D`;
 //! `index_select(x, dim, idx)` has `outer` the product of the dimensions before `dim`, `rows`
-//! the size of `dim` and `inner` the product of those after it. Indices must lie in
-//! `0..rows` (neither op wraps negative indices); any other is an error, not a panic.
+//! the size of `dim` and `inner` the product of those after it; `x[:, idx]` likewise. Indices
+//! must lie in `0..rows`, or in `-rows..rows` for a spec that wraps negative ones (advanced
+//! indexing does, `embedding` and `index_select` do not); any other is an error, not a
+//! panic.
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -20,6 +23,9 @@ pub struct GatherSpec {
     pub inner: usize,
     /// Number of indices.
     pub indices: usize,
+    /// Whether an index `i < 0` means `i + rows` (advanced indexing, `x[idx]`).
+    #[serde(default)]
+    pub wrap: bool,
 }
 
 impl GatherSpec {
@@ -30,6 +36,7 @@ impl GatherSpec {
             rows,
             inner: dim,
             indices,
+            wrap: false,
         }
     }
 
@@ -67,14 +74,16 @@ impl GatherSpec {
 
 /// `out[o, i, :] = table[o, idx[i], :]`; `Err` (with nothing written) if the buffers do not fit
 /// the spec or an index is outside `0..rows`.
-pub fn gather(
+pub fn gather<T: Copy + Send + Sync>(
     spec: &GatherSpec,
-    table: &[f32],
+    table: &[T],
     idx: &[i64],
-    out: &mut [f32],
+    out: &mut [T],
 ) -> Result<(), String> {
     spec.validate(table.len(), idx.len(), out.len())?;
-    if let Some(&bad) = idx.iter().find(|&&i| i < 0 || i as u64 >= spec.rows as u64) {
+    let rows = spec.rows as i64;
+    let row = |i: i64| if spec.wrap && i < 0 { i + rows } else { i };
+    if let Some(&bad) = idx.iter().find(|&&i| !(0..rows).contains(&row(i))) {
         return Err(format!(
             "index {bad} is out of range for {} rows",
             spec.rows
@@ -92,7 +101,7 @@ pub fn gather(
             for (q, dst) in o.chunks_exact_mut(inner).enumerate() {
                 let r = j * per + q;
                 let (ob, i) = (r / spec.indices, r % spec.indices);
-                let src = (ob * spec.rows + idx[i] as usize) * inner;
+                let src = (ob * spec.rows + row(idx[i]) as usize) * inner;
                 dst.copy_from_slice(&table[src..src + inner]);
             }
         });

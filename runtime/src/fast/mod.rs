@@ -10,6 +10,7 @@ pub mod conv;
 pub mod expr;
 pub mod gather;
 pub mod gemm;
+pub mod index;
 pub mod math;
 pub mod pool;
 pub mod reduce;
@@ -58,17 +59,26 @@ pub enum Dst<'a> {
     Bool(&'a mut [bool]),
 }
 
-/// A raw pointer to an `f32` buffer shared by workers that each write their own disjoint part
-/// of it (tiles of a product, planes of a convolution, tiles of an epilogue's outputs).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SendPtr(pub(crate) *mut f32);
+/// A raw pointer to a buffer (of `f32` unless said) shared by workers that each write their
+/// own disjoint part of it (tiles of a product, planes of a convolution, tiles of an
+/// epilogue's outputs, column strips of a scan).
+#[derive(Debug)]
+pub(crate) struct SendPtr<T = f32>(pub(crate) *mut T);
 // SAFETY: the users only touch the elements their task owns, and the buffer outlives the tasks.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+unsafe impl<T: Send> Send for SendPtr<T> {}
+unsafe impl<T: Send> Sync for SendPtr<T> {}
 
-impl SendPtr {
+// By hand: a derive would ask `T: Clone` of the pointee.
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
     /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    pub(crate) fn get(self) -> *mut f32 {
+    pub(crate) fn get(self) -> *mut T {
         self.0
     }
 }

@@ -145,6 +145,14 @@ pub enum Kernel {
     Gather(super::gather::GatherSpec),
     /// Concatenation (`cat`): sources the inputs, all of the destination's element type.
     Concat(super::concat::ConcatSpec),
+    /// `argmax`/`argmin` (destination the `i64` indices) or `max.dim`/`min.dim` (destinations
+    /// the `f32` values, then the indices): source the `f32` input.
+    ArgReduce(super::index::ArgSpec),
+    /// `cumsum`: source and destination both `f32` or both `i64`.
+    Cumsum(super::index::ScanSpec),
+    /// `gather` along a dimension: sources the input and the `i64` index; destination of the
+    /// input's element type (`f32`, `i64` or `bool`).
+    GatherDim(super::index::GatherDimSpec),
     /// Fused scaled dot-product attention: sources the queries, keys, values and, with a
     /// mask, the mask; destination the (possibly permuted) result.
     Attention(Box<super::attention::AttentionSpec>),
@@ -162,6 +170,9 @@ impl Kernel {
             Kernel::Pool(_) => "pool",
             Kernel::Gather(_) => "gather",
             Kernel::Concat(_) => "concat",
+            Kernel::ArgReduce(_) => "argreduce",
+            Kernel::Cumsum(_) => "cumsum",
+            Kernel::GatherDim(_) => "gather_dim",
             Kernel::Attention(_) => "attention",
         }
     }

@@ -17,7 +17,7 @@ mod elementwise;
 mod index;
 mod linalg;
 mod nn;
-mod reduce;
+pub(crate) mod reduce;
 mod shape;
 
 pub use tensor::{Data, Scalar, Tensor};

@@ -170,8 +170,9 @@ pub(crate) fn var(cx: &Ctx) -> R<Tensor> {
     )
 }
 
-/// Index of the first maximum (or minimum) in `v`; a NaN wins (the first one).
-fn best_f(v: &[f64], max: bool) -> usize {
+/// Index of the first maximum (or minimum) in `v`; a NaN wins (the first one). (The fast
+/// runtime's arg-reductions are tested against it.)
+pub(crate) fn best_f(v: &[f64], max: bool) -> usize {
     let mut best = 0;
     for j in 1..v.len() {
         let (b, x) = (v[best], v[j]);
