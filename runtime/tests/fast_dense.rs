@@ -159,8 +159,9 @@ fn matmul_odd_sizes() {
 }
 
 /// A constant right operand packed ahead of time (the executor's path for linear layers)
-/// gives the bits of the unpacked product, including wide products whose column tiles share
-/// one packing of `A`, a transposed `A`, a shared `B` over a batch and several thread counts.
+/// gives the bits of the unpacked product, including products whose column tiles share one
+/// packing of `A` (wide ones, and narrow ones of few rows split by columns), a transposed
+/// `A`, a shared `B` over a batch and several thread counts.
 #[test]
 fn matmul_with_prepacked_weights_gives_the_same_bits() {
     use fxhlo_runtime::fast::gemm::{matmul_prepacked, prepack_b};
@@ -176,6 +177,12 @@ fn matmul_with_prepacked_weights_gives_the_same_bits() {
         (
             MatmulSpec::contiguous(1, 600, 300, 200),
             "600x200 @ 200x300",
+        ),
+        // Few rows and at most 512 columns, whose tasks split the columns: `A` packed once
+        // for all of them (a transformer's down projection, 197 tokens).
+        (
+            MatmulSpec::contiguous(1, 197, 256, 1024),
+            "197x1024 @ 1024x256",
         ),
     ];
     let mut t = MatmulSpec::contiguous(1, 37, 700, 129);
