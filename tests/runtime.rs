@@ -778,6 +778,19 @@ fn inputs_of(a: &Artifact, value: impl Fn(usize, usize) -> f64) -> fxhlo_ir::Wei
         .collect()
 }
 
+/// The artifact's fallback steps, each with its reason.
+fn fallback_steps(a: &Artifact) -> Vec<(&fxhlo_runtime::fast::Step, &str)> {
+    a.header
+        .program
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kernel {
+            fxhlo_runtime::fast::Kernel::Fallback { reason, .. } => Some((s, reason.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `cat` runs as a concatenation step, not on the interpreter: along a negative dimension,
 /// with an input read twice, a computed input and a 1-D empty one (which `cat` skips), and of
 /// i64 values; the results are the interpreter's, bit for bit. A `cat` that promotes its
@@ -817,15 +830,9 @@ fn cat_runs_as_a_concatenation_step() {
         2,
         "{kinds:?}"
     );
-    let fallbacks: Vec<&str> = a
-        .header
-        .program
-        .steps
-        .iter()
-        .filter_map(|s| match &s.kernel {
-            fxhlo_runtime::fast::Kernel::Fallback { reason, .. } => Some(reason.as_str()),
-            _ => None,
-        })
+    let fallbacks: Vec<&str> = fallback_steps(&a)
+        .into_iter()
+        .map(|(_, reason)| reason)
         .collect();
     assert!(
         matches!(&fallbacks[..], [r] if r.contains("'cp'") && r.contains("input 0 has dtype i64")),
@@ -896,17 +903,13 @@ fn index_ops_run_as_their_own_steps() {
         [3, 2, 1, 1],
         "{kinds:?}"
     );
-    let fallbacks: Vec<&fxhlo_runtime::fast::Step> = a
-        .header
-        .program
-        .steps
-        .iter()
-        .filter(|s| matches!(s.kernel, fxhlo_runtime::fast::Kernel::Fallback { .. }))
+    let fallbacks: Vec<&[String]> = fallback_steps(&a)
+        .into_iter()
+        .map(|(s, _)| &s.nodes[..])
         .collect();
     assert!(
-        matches!(&fallbacks[..], [s] if s.nodes == ["mn1"]),
-        "only the i64 epilogue falls back: {:?}",
-        fallbacks.iter().map(|s| &s.nodes).collect::<Vec<_>>()
+        matches!(&fallbacks[..], [nodes] if *nodes == ["mn1"]),
+        "only the i64 epilogue falls back: {fallbacks:?}"
     );
     // Ties in x and y; ix within x's rows of 37; iv from -3 (wrapped) to 2.
     let value = |k: usize, i: usize| match k {

@@ -568,19 +568,11 @@ fn after_root(g: &Graph, k: &FusionKernel) -> BTreeSet<NodeId> {
 /// elementwise steps, or, where those cannot run it (arithmetic on the `i64` indices, say), as
 /// a fallback step of the epilogue's nodes alone. The value table is restored on an error.
 fn arg_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
-    let saved = vals.clone();
-    let steps = arg_steps_inner(g, k, vals);
-    if steps.is_err() {
-        *vals = saved;
-    }
-    steps
+    all_or_nothing(vals, |vals| arg_steps_of(g, k, vals))
 }
 
-fn arg_steps_inner(
-    g: &Graph,
-    k: &FusionKernel,
-    vals: &mut Values<'_>,
-) -> Result<Vec<Step>, String> {
+/// [`arg_steps`], leaving the value table changed on an error.
+fn arg_steps_of(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
     let after = after_root(g, k);
     let ik = super::dense::index_kernel(g, k.root)?;
     let mut steps = vec![];
@@ -595,31 +587,24 @@ fn arg_steps_inner(
             steps.extend(recompute(g, v, vals)?);
         }
     }
-    let srcs = operand_ids(g, &ik.operands, &BTreeSet::new(), vals)?;
-    let dsts = operand_ids(g, &ik.results, &BTreeSet::new(), vals)?;
-    steps.push(Step {
-        nodes: vec![g.nodes[k.root].name.clone()],
-        launch: launch(vals, &srcs, &dsts, vec![1]),
-        srcs,
-        dsts,
-        kernel: ik.kernel,
-    });
+    let arg = (ik.kernel, &ik.operands[..], &ik.results[..]);
+    steps.push(node_step(g, k.root, arg, vals)?);
     mark_ready(vals, &steps);
     let tail = outputs_of(k, &after);
     if tail.is_empty() {
         return Ok(steps);
     }
     let members: BTreeSet<NodeId> = after.iter().chain(&k.recomputed).copied().collect();
-    let saved = vals.clone();
-    let epilogue = if computed_before(g, &members, &BTreeSet::new(), vals) {
-        elementwise_steps(g, &members, &tail, &BTreeSet::new(), vals)
-    } else {
-        Err("the epilogue reads a value computed later".to_string())
-    };
+    let epilogue = all_or_nothing(vals, |vals| {
+        if computed_before(g, &members, &BTreeSet::new(), vals) {
+            elementwise_steps(g, &members, &tail, &BTreeSet::new(), vals)
+        } else {
+            Err("the epilogue reads a value computed later".to_string())
+        }
+    });
     match epilogue {
         Ok(s) => steps.extend(s),
         Err(reason) => {
-            *vals = saved;
             let rest = nodes_kernel(g, &after, tail);
             if let Some(v) = rest.inputs.iter().find(|v| !vals.ready.contains(v)) {
                 return Err(format!(
@@ -732,16 +717,25 @@ fn reduction_then_epilogue(
         return None;
     }
     // Both parts or neither: a failed second part leaves the value table as it was.
-    let saved = vals.clone();
-    let steps = reduction_step(g, &[&head], vals).and_then(|s| {
-        let mut steps = vec![s];
+    all_or_nothing(vals, |vals| {
+        let mut steps = vec![reduction_step(g, &[&head], vals)?];
         steps.extend(elementwise_steps(g, &members, &tail, &given, vals)?);
-        Ok(steps)
-    });
-    if steps.is_err() {
+        Ok::<_, String>(steps)
+    })
+    .ok()
+}
+
+/// `f` on the value table, which is left as it was where `f` fails.
+fn all_or_nothing<'g, T, E>(
+    vals: &mut Values<'g>,
+    f: impl FnOnce(&mut Values<'g>) -> Result<T, E>,
+) -> Result<T, E> {
+    let saved = vals.clone();
+    let r = f(vals);
+    if r.is_err() {
         *vals = saved;
     }
-    steps.ok()
+    r
 }
 
 /// The values node `n` reads.
@@ -870,15 +864,26 @@ fn other_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
                 .map_err(|e| format!("no fast kernel for this op yet ({e})"));
         }
     };
-    let srcs = operand_ids(g, &operands, &BTreeSet::from([root]), vals)?;
-    let dsts = operand_ids(g, &results, &BTreeSet::new(), vals)?;
-    Ok(vec![Step {
-        nodes: vec![g.nodes[root].name.clone()],
+    node_step(g, root, (kernel, &operands, &results), vals).map(|s| vec![s])
+}
+
+/// The step of node `n` alone: `kernel` reading `operands` (computed by earlier steps) and
+/// writing `results`, in one grid point.
+fn node_step(
+    g: &Graph,
+    n: NodeId,
+    (kernel, operands, results): (Kernel, &[ValueRef], &[ValueRef]),
+    vals: &mut Values<'_>,
+) -> Result<Step, String> {
+    let srcs = operand_ids(g, operands, &BTreeSet::from([n]), vals)?;
+    let dsts = operand_ids(g, results, &BTreeSet::new(), vals)?;
+    Ok(Step {
+        nodes: vec![g.nodes[n].name.clone()],
         launch: launch(vals, &srcs, &dsts, vec![1]),
         srcs,
         dsts,
         kernel,
-    }])
+    })
 }
 
 /// Names of a kernel's nodes, in order.

@@ -6,7 +6,6 @@
 //! `o` of the inputs one after another, so the kernel is a copy of contiguous runs, split
 //! over the thread pool by rows.
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// The geometry of one concatenation.
@@ -85,13 +84,7 @@ pub fn concat<T: Copy + Send + Sync>(
         }
     };
     let per = (JOB_ELEMS / row).max(1);
-    if spec.outer <= per {
-        copy_rows(0, out);
-    } else {
-        out.par_chunks_mut(per * row)
-            .enumerate()
-            .for_each(|(j, rows)| copy_rows(j * per, rows));
-    }
+    super::par_jobs(out, per * row, |s, rows| copy_rows(s / row, rows));
     Ok(())
 }
 

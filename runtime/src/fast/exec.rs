@@ -897,19 +897,11 @@ fn run_kernel(
             super::pool::pool2d(spec, f32_src(srcs, 0)?, out, Some(idx));
             Ok(())
         }
-        (Kernel::Gather(spec), [out]) => {
-            let idx = i64_src(srcs, 1)?;
-            copy_typed!(srcs.first(), out, |x, o| super::gather::gather(
-                spec, x, idx, o
-            ))
-        }
-        (Kernel::GatherDim(spec), [out]) => {
-            let idx = i64_src(srcs, 1)?;
-            copy_typed!(srcs.first(), out, |x, o| super::index::gather_dim(
-                spec, x, idx, o
-            ))
-        }
-        (Kernel::Concat(spec), [out]) => run_concat(spec, srcs, out),
+        (Kernel::Gather(_) | Kernel::GatherDim(_) | Kernel::Concat(_), [out]) => match out {
+            Dst::F32(o) => run_copy(k, srcs, o),
+            Dst::I64(o) => run_copy(k, srcs, o),
+            Dst::Bool(o) => run_copy(k, srcs, o),
+        },
         (Kernel::ArgReduce(spec), [Dst::I64(idx)]) => {
             super::index::arg_reduce(spec, f32_src(srcs, 0)?, idx, None)
         }
@@ -936,44 +928,55 @@ fn run_kernel(
     }
 }
 
-/// `$f` with `$x` the source `$src` (an `Option<&Src>`) and `$o` the destination `$dst`, as
-/// slices of one element type (f32, i64 or bool): a kernel that copies elements whatever
-/// their type, instantiated for each.
-macro_rules! copy_typed {
-    ($src:expr, $dst:expr, |$x:ident, $o:ident| $f:expr) => {
-        match ($src, $dst) {
-            (Some(&Src::F32($x)), Dst::F32($o)) => $f,
-            (Some(&Src::I64($x)), Dst::I64($o)) => $f,
-            (Some(&Src::Bool($x)), Dst::Bool($o)) => $f,
-            _ => Err("the source and the result have different element types".to_string()),
-        }
-    };
+/// An element type that the copying kernels (gathers, concatenation) move as it is.
+trait Copied: Copy + Send + Sync + Sized {
+    /// The source's elements, if it holds this type.
+    fn of<'a>(s: &Src<'a>) -> Option<&'a [Self]>;
 }
-use copy_typed;
 
-/// A concatenation into `out`, whose element type every source must have.
-fn run_concat(
-    spec: &super::concat::ConcatSpec,
-    srcs: &[Src<'_>],
-    out: &mut Dst<'_>,
-) -> Result<(), String> {
-    // The sources as slices of the destination's element type `$t`, then the copy.
-    macro_rules! typed {
-        ($t:ident, $out:expr) => {{
-            let srcs = srcs
-                .iter()
-                .map(|s| match *s {
-                    Src::$t(v) => Ok(v),
-                    _ => Err("concatenation inputs of another element type".to_string()),
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            super::concat::concat(spec, &srcs, $out)
-        }};
+impl Copied for f32 {
+    fn of<'a>(s: &Src<'a>) -> Option<&'a [f32]> {
+        match *s {
+            Src::F32(v) => Some(v),
+            _ => None,
+        }
     }
-    match out {
-        Dst::F32(o) => typed!(F32, o),
-        Dst::I64(o) => typed!(I64, o),
-        Dst::Bool(o) => typed!(Bool, o),
+}
+
+impl Copied for i64 {
+    fn of<'a>(s: &Src<'a>) -> Option<&'a [i64]> {
+        match *s {
+            Src::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl Copied for bool {
+    fn of<'a>(s: &Src<'a>) -> Option<&'a [bool]> {
+        match *s {
+            Src::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A copying kernel (a gather or a concatenation) into `out`: the sources it copies from have
+/// the result's element type (a gather's second source is its `i64` indices).
+fn run_copy<T: Copied>(k: &Kernel, srcs: &[Src<'_>], out: &mut [T]) -> Result<(), String> {
+    let src = |i: usize| {
+        srcs.get(i)
+            .and_then(T::of)
+            .ok_or_else(|| format!("source {i} is not of the result's element type"))
+    };
+    match k {
+        Kernel::Gather(spec) => super::gather::gather(spec, src(0)?, i64_src(srcs, 1)?, out),
+        Kernel::GatherDim(spec) => super::index::gather_dim(spec, src(0)?, i64_src(srcs, 1)?, out),
+        Kernel::Concat(spec) => {
+            let inputs = (0..srcs.len()).map(src).collect::<Result<Vec<_>, _>>()?;
+            super::concat::concat(spec, &inputs, out)
+        }
+        k => Err(format!("a {} kernel does not copy", k.kind())),
     }
 }
 
@@ -987,10 +990,24 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
     let n_src = s.srcs.len();
     let n_dst = s.dsts.len();
     let want = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
-    // A copying kernel's source and result: one element type, f32, i64 or bool.
-    let copies = |src: Option<&u32>, dst: Option<&u32>| {
-        let t = spec(dst).map(|t| t.dtype);
-        matches!(t, Some(DType::F32 | DType::I64 | DType::Bool)) && spec(src).map(|t| t.dtype) == t
+    // A copying kernel's element type: its result's, f32, i64 or bool, which each source it
+    // copies from must have.
+    let copied = spec(s.dsts.first())
+        .map(|t| t.dtype)
+        .filter(|d| matches!(d, DType::F32 | DType::I64 | DType::Bool));
+    let copied_src = |v: Option<&u32>| copied.is_some() && spec(v).map(|t| t.dtype) == copied;
+    // A gather's operand counts and types, then the lengths of its table, indices and result.
+    let gather_operands = || {
+        want(n_src == 2 && n_dst == 1, "gather operand count")?;
+        want(
+            copied_src(s.srcs.first()) && is(s.srcs.get(1), DType::I64),
+            "gather takes a table of f32, i64 or bool, i64 indices and a result of the table's type",
+        )?;
+        Ok::<_, String>((
+            len(s.srcs.first()).unwrap_or(0),
+            len(s.srcs.get(1)).unwrap_or(0),
+            len(s.dsts.first()).unwrap_or(0),
+        ))
     };
     match &s.kernel {
         Kernel::Fallback { .. } => Ok(()),
@@ -1059,41 +1076,21 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
             )
         }
         Kernel::Gather(gs) => {
-            want(n_src == 2 && n_dst == 1, "gather operand count")?;
-            want(
-                copies(s.srcs.first(), s.dsts.first()) && is(s.srcs.get(1), DType::I64),
-                "gather takes a table of f32, i64 or bool, i64 indices and a result of the table's type",
-            )?;
-            gs.validate(
-                len(s.srcs.first()).unwrap_or(0),
-                len(s.srcs.get(1)).unwrap_or(0),
-                len(s.dsts.first()).unwrap_or(0),
-            )
+            let (t, i, o) = gather_operands()?;
+            gs.validate(t, i, o)
         }
         Kernel::Concat(c) => {
             want(n_dst == 1, "concatenation result count")?;
-            let dtype = spec(s.dsts.first()).map(|t| t.dtype);
             want(
-                matches!(dtype, Some(DType::F32 | DType::I64 | DType::Bool))
-                    && s.srcs
-                        .iter()
-                        .all(|v| spec(Some(v)).map(|t| t.dtype) == dtype),
+                copied.is_some() && s.srcs.iter().all(|v| copied_src(Some(v))),
                 "concatenation inputs and result must share an element type (f32, i64 or bool)",
             )?;
             let lens: Vec<usize> = s.srcs.iter().map(|v| len(Some(v)).unwrap_or(0)).collect();
             c.validate(&lens, len(s.dsts.first()).unwrap_or(0))
         }
         Kernel::GatherDim(gs) => {
-            want(n_src == 2 && n_dst == 1, "gather operand count")?;
-            want(
-                copies(s.srcs.first(), s.dsts.first()) && is(s.srcs.get(1), DType::I64),
-                "gather takes an input of f32, i64 or bool, an i64 index and a result of the input's type",
-            )?;
-            gs.validate(
-                len(s.srcs.first()).unwrap_or(0),
-                len(s.srcs.get(1)).unwrap_or(0),
-                len(s.dsts.first()).unwrap_or(0),
-            )
+            let (t, i, o) = gather_operands()?;
+            gs.validate(t, i, o)
         }
         Kernel::ArgReduce(a) => {
             want(

@@ -374,13 +374,7 @@ where
                 }
             }
         };
-        if spec.outer <= per {
-            blocks(0, out);
-        } else {
-            out.par_chunks_mut(per * block)
-                .enumerate()
-                .for_each(|(j, d)| blocks(j * per, d));
-        }
+        super::par_jobs(out, per * block, |s, d| blocks(s / block, d));
         return Ok(());
     }
     // Large, wide blocks: jobs of a strip of columns of one block, all its rows.
@@ -570,14 +564,9 @@ pub fn gather_dim<T: Copy + Send + Sync>(
         return Ok(());
     }
     let nest = Nest::new(&spec.x_shape, &spec.index_shape, dim);
-    let job = |s: usize, d: &mut [T]| nest.run(x, &idx[s..s + d.len()], s, d);
-    if out.len() <= JOB_ELEMS {
-        job(0, out);
-    } else {
-        out.par_chunks_mut(JOB_ELEMS)
-            .enumerate()
-            .for_each(|(j, d)| job(j * JOB_ELEMS, d));
-    }
+    super::par_jobs(out, JOB_ELEMS, |s, d| {
+        nest.run(x, &idx[s..s + d.len()], s, d)
+    });
     Ok(())
 }
 

@@ -83,6 +83,20 @@ impl<T> SendPtr<T> {
     }
 }
 
+/// `f(start, chunk)` over `out` cut into chunks of `size` elements (`start` the index of the
+/// chunk's first element): on this thread where one chunk holds all of `out`, else as parallel
+/// jobs (the copying kernels' split of their output).
+pub(crate) fn par_jobs<T: Send>(out: &mut [T], size: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    use rayon::prelude::*;
+    if out.len() <= size {
+        f(0, out);
+    } else {
+        out.par_chunks_mut(size)
+            .enumerate()
+            .for_each(|(j, c)| f(j * size, c));
+    }
+}
+
 pub mod artifact;
 pub mod exec;
 pub mod fold;
