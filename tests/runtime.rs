@@ -592,62 +592,63 @@ fn an_executor_runs_from_other_threads_too() {
 }
 
 /// The GPT-2 model's causal mask and positions are built from `arange`, `full`, `cat`,
-/// `cumsum` and `index` of constants alone (i64 and bool steps, which the fast kernels leave
-/// to the interpreter): those steps run when the artifact is made, and the program has no
-/// fallback left. Its outputs have the bits of the program before folding, and match eager.
+/// `cumsum` and `index` of nothing but the shapes (i64 and bool values, which the fast kernels
+/// leave to the interpreter): the compiler computes them before fusion
+/// (`fxhlo_lowering::constfold`), so the program reads them as constants and has no fallback
+/// left. Its outputs have the bits of the program built without that folding (whose steps of
+/// constants only are folded when the artifact is made instead), and match eager.
 #[test]
-fn steps_of_constants_only_run_at_compile_time() {
-    use fxhlo_runtime::fast::fold::{fold_constant_steps, FOLDED_PREFIX};
+fn values_of_the_shapes_alone_are_computed_at_compile_time() {
+    use fxhlo_lowering::constfold::SHAPE_CONST_PREFIX;
+    use fxhlo_runtime::fast::fold::fold_constant_steps;
     let (case, a) = compiled("gpt2");
     let (kinds, _) = step_kinds_of(&a);
     assert!(!kinds.contains(&"fallback"), "{kinds:?}");
     let p = &a.header.program;
-    let folded: Vec<u32> = p
-        .constants
-        .iter()
-        .filter(|(_, n)| n.starts_with(FOLDED_PREFIX))
-        .map(|&(v, _)| v)
-        .collect();
-    assert!(!folded.is_empty());
-    // Every constant left is read by a step or is an output; every step reads a user input
-    // or a value computed from one.
+    let shape_consts = (p.constants.iter())
+        .filter(|(_, n)| n.starts_with(SHAPE_CONST_PREFIX))
+        .count();
+    assert!(shape_consts >= 1, "{:?}", p.constants);
+    // Every constant left is read by a step or is an output.
     for v in p.constants.iter().map(|&(v, _)| v) {
         assert!(
             p.steps.iter().any(|s| s.srcs.contains(&v)) || p.outputs.contains(&v),
             "constant {v} is not read"
         );
     }
-    // The program before folding: the same compiler's plan of the same optimized graph.
-    let c = fxhlo::compile_with(&case.model, &CompileOptions::default(), &mut |_, _| {}).unwrap();
-    let (unfolded, report) = fxhlo_lowering::kernels::build_program(&c.graph, &c.plan).unwrap();
+    // The program without the folding before fusion: the same passes, plan and builder.
+    let mut g = case.model.graph.clone();
+    let pm = fxhlo::pass_manager(&CompileOptions::default()).unwrap();
+    pm.run(&mut g, &mut fxhlo_passes::Cx::default(), &mut |_, _| {})
+        .unwrap();
+    let plan = fxhlo_passes::fusion::plan(&g);
+    let (mut unfolded, report) = fxhlo_lowering::kernels::build_program(&g, &plan).unwrap();
     assert!(
         report.fallbacks.len() >= 10,
         "{} fallbacks before folding",
         report.fallbacks.len()
     );
-    assert!(c.report.fallbacks.is_empty() && c.report.folded.len() >= 10);
-    let weights: fxhlo_ir::Weights = unfolded
+    let mut weights: fxhlo_ir::Weights = unfolded
         .constants
         .iter()
         .map(|(_, n)| (n.clone(), case.model.weights[n].clone()))
         .collect();
+    let folded = fold_constant_steps(&mut unfolded, &mut weights, &|_| true).unwrap();
+    assert!(folded.len() >= 10, "{folded:?}");
     let mut before = a.clone();
     before.header.program = unfolded;
     before.constants = weights;
     let want = executor(before, 2).run(&case.inputs).unwrap();
-    let got = executor(a, 2).run(&case.inputs).unwrap();
-    assert_eq!(got, want, "outputs of the folded program");
+    let got = executor(a.clone(), 2).run(&case.inputs).unwrap();
+    assert_eq!(got, want, "outputs of the program folded before fusion");
     let cmp = check_outputs(&case, &got, None).unwrap();
     assert!(cmp.iter().all(|c| c.ok()), "{cmp:?}");
-    // Folding the folded program changes nothing.
-    let (mut p2, mut w2) = (
-        c.artifact.header.program.clone(),
-        c.artifact.constants.clone(),
-    );
+    // Nothing of the program reads only constants any more.
+    let (mut p2, mut w2) = (a.header.program.clone(), a.constants.clone());
     assert!(fold_constant_steps(&mut p2, &mut w2, &|_| true)
         .unwrap()
         .is_empty());
-    assert_eq!(p2, c.artifact.header.program);
+    assert_eq!(p2, a.header.program);
 }
 
 /// A random op reads no tensor, yet its step is not folded (its values belong to the run: the

@@ -150,9 +150,6 @@ fn compile_impl(
     let pm = pass_manager(opts)?;
     let mut cx = fxhlo_passes::Cx::default();
     pm.run(&mut m.graph, &mut cx, dump)?;
-    let plan = fxhlo_passes::fusion::plan(&m.graph);
-    let (mut program, mut report) =
-        fxhlo_lowering::kernels::build_program(&m.graph, &plan).map_err(DriverError::Other)?;
     let stablehlo = fxhlo_lowering::stablehlo::emit(
         &m,
         &fxhlo_lowering::stablehlo::EmitOptions {
@@ -161,10 +158,21 @@ fn compile_impl(
         },
     )
     .map_err(|e| e.to_string());
+    let graph_text = fxhlo_ir::text::print_graph(&m.graph);
+    // Values computed from the shapes alone (positions, masks) are computed now, whatever
+    // their ops; the program reads them as constants.
+    let mut shape_consts = fxhlo_lowering::constfold::fold_shape_constants(&mut m.graph)
+        .map_err(DriverError::Other)?;
+    let plan = fxhlo_passes::fusion::plan(&m.graph);
+    let (mut program, mut report) =
+        fxhlo_lowering::kernels::build_program(&m.graph, &plan).map_err(DriverError::Other)?;
     let mut constants: Weights = program
         .constants
         .iter()
-        .filter_map(|(_, name)| weight(name).map(|t| (name.clone(), t)))
+        .filter_map(|(_, name)| {
+            let t = shape_consts.remove(name).or_else(|| weight(name));
+            t.map(|t| (name.clone(), t))
+        })
         .collect();
     // Steps that read only constants run now; their results become constants. Not those of
     // random ops, whose values belong to the run.
@@ -185,7 +193,7 @@ fn compile_impl(
             compiler_version: env!("CARGO_PKG_VERSION").to_string(),
             opt_level: opts.opt_level,
             program,
-            graph: fxhlo_ir::text::print_graph(&m.graph),
+            graph: graph_text,
             stablehlo,
         },
         constants,

@@ -59,7 +59,31 @@ class NormSoftmax(nn.Module):
         return att @ h, torch.log_softmax(h, -1).argmax(-1)
 
 
+class PositionalGPT(nn.Module):
+    """A GPT-style embedding whose positions index `torch.arange(T)`: the positions are
+    computed from the shape alone (an i64 `arange` read by a gather), once, by the compiler."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(50, 16)
+        self.pos = nn.Embedding(32, 16)
+        self.lin = nn.Linear(16, 8)
+
+    def forward(self, idx):
+        return self.lin(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
+
+
+class DiagPatterns(nn.Module):
+    """`block_diag` and `diag_embed`: patterns of `full`, `arange` and comparisons built from
+    the shapes, mixed with the input."""
+
+    def forward(self, x):
+        return torch.block_diag(x, torch.ones(2, 2)) * 2.0, torch.diag_embed(x) + 1.0
+
+
 CASES = [
+    ("positional_gpt", PositionalGPT, lambda: (torch.randint(0, 50, (2, 10)),)),
+    ("diag_patterns", DiagPatterns, lambda: (torch.randn(3, 3),)),
     ("wide_mlp", WideMLP, lambda: (torch.randn(3, 20),)),
     ("strided_cnn", StridedCNN, lambda: (torch.randn(2, 2, 17, 15),)),
     ("norm_softmax", NormSoftmax, lambda: (torch.randint(0, 30, (2, 9)),)),

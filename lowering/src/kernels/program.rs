@@ -176,6 +176,7 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                 None => build_kernel(g, k, &mut vals)?,
             }
         };
+        let steps = materialize_unready(g, steps, &mut vals)?;
         mark_ready(&mut vals, &steps);
         program.steps.extend(steps);
     }
@@ -245,9 +246,50 @@ fn recompute(g: &Graph, v: ValueRef, vals: &mut Values<'_>) -> Result<Vec<Step>,
             }
         }
     }
-    let steps = elementwise_steps(g, &chain, &[v], &BTreeSet::new(), vals)?;
+    // What the elementwise engine cannot compute (an `i64` arange, say) runs in the
+    // interpreter; a chain of constants only is folded when the artifact is made.
+    let steps = match all_or_nothing(vals, |vals| {
+        elementwise_steps(g, &chain, &[v], &BTreeSet::new(), vals)
+    }) {
+        Ok(steps) => steps,
+        Err(reason) => {
+            let k = nodes_kernel(g, &chain, vec![v]);
+            vec![fallback_step(g, &k, vals, reason)?]
+        }
+    };
     mark_ready(vals, &steps);
     Ok(steps)
+}
+
+/// `steps` (one kernel's), each preceded by steps that compute the operands it reads that no
+/// earlier step computed: a value the fusion plan recomputes inside a kernel (an `arange` or a
+/// `full` built from the shapes alone, a view chain) which the kernel's step reads as an
+/// operand instead (a gather's indices, say). Without them the step would read a value no
+/// step writes.
+fn materialize_unready(
+    g: &Graph,
+    steps: Vec<Step>,
+    vals: &mut Values<'_>,
+) -> Result<Vec<Step>, String> {
+    let mut out = Vec::with_capacity(steps.len());
+    let mut written: BTreeSet<ValueId> = BTreeSet::new();
+    for step in steps {
+        for &s in &step.srcs {
+            if written.contains(&s) {
+                continue;
+            }
+            if let Some(Some(v)) = vals.refs.get(s as usize).copied() {
+                if !vals.ready.contains(&v) {
+                    let more = recompute(g, v, vals)?;
+                    written.extend(more.iter().flat_map(|m| m.dsts.iter().copied()));
+                    out.extend(more);
+                }
+            }
+        }
+        written.extend(step.dsts.iter().copied());
+        out.push(step);
+    }
+    Ok(out)
 }
 
 /// The steps of each of `ks` alone (where one step meant to replace them cannot be built).
