@@ -364,10 +364,18 @@ fn aot_graphs_compile_and_agree_with_the_interpreter() {
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             // resnet18's deep f32 accumulations get the atol its testdata states (1e-4, see
-            // docs/numerics.md); everything else the per-dtype default.
+            // docs/numerics.md), and its gradients (sums whose terms cancel, of magnitude up
+            // to 1e5) an atol of 1e-6 of the output's largest magnitude besides: the rounding
+            // of f32 sums scales with their terms, not their result. Everything else the
+            // per-dtype default.
             let mut tol = fxhlo::Tolerance::for_dtype(w.dtype);
-            if f.to_string_lossy().contains("resnet18") && w.dtype.is_float() {
+            let name = f.to_string_lossy();
+            if name.contains("resnet18") && w.dtype.is_float() {
                 tol.atol = 1e-4;
+                if name.contains("backward") {
+                    let scale = w.to_f64_vec().iter().fold(0f64, |m, x| m.max(x.abs()));
+                    tol.atol += 1e-6 * scale;
+                }
             }
             let c = fxhlo::compare(&format!("output{i}"), g, w, tol);
             assert!(
@@ -624,7 +632,7 @@ fn values_of_the_shapes_alone_are_computed_at_compile_time() {
     let plan = fxhlo_passes::fusion::plan(&g);
     let (mut unfolded, report) = fxhlo_lowering::kernels::build_program(&g, &plan).unwrap();
     assert!(
-        report.fallbacks.len() >= 10,
+        report.fallbacks.len() >= 5,
         "{} fallbacks before folding",
         report.fallbacks.len()
     );
@@ -928,6 +936,57 @@ fn index_ops_run_as_their_own_steps() {
     let bad = inputs_of(&a, |k, i| if k == 2 && i == 5 { 37.0 } else { value(k, i) });
     let e = executor(a, 1).run(&bad).unwrap_err().to_string();
     assert!(e.contains("index 37 is out of bounds"), "{e}");
+}
+
+/// A causal LM's padding mask as transformers builds it: the `i64` attention mask cast to
+/// bool (an elementwise step that writes a bool result), then indexed by two broadcast index
+/// tensors (`mask[batch[:, None, None, None], kv[None, None, None, :]]`, a `gather_nd` step),
+/// then used by a `where`. No step falls back, on any thread count the bits are the
+/// interpreter's, and an index out of range at run time is an error naming it.
+#[test]
+fn padding_masks_run_without_fallbacks() {
+    let json = br#"{
+      "format": "fxhlo-graph", "version": 1,
+      "inputs": [
+        {"name": "am", "kind": "user_input", "type": {"dtype": "i64", "shape": [3, 7]}},
+        {"name": "b", "kind": "user_input", "type": {"dtype": "i64", "shape": [3, 1, 1, 1]}},
+        {"name": "kv", "kind": "user_input", "type": {"dtype": "i64", "shape": [1, 1, 1, 7]}},
+        {"name": "s", "kind": "user_input", "type": {"dtype": "f32", "shape": [3, 2, 5, 7]}}
+      ],
+      "nodes": [
+        {"name": "m", "op": "aten._to_copy.default", "args": {"self": {"tensor": "am"}, "dtype": {"dtype": "bool"}},
+         "results": [{"name": "m", "type": {"dtype": "bool", "shape": [3, 7]}}]},
+        {"name": "ix", "op": "aten.index.Tensor", "args": {"self": {"tensor": "m"}, "indices": {"tensors": ["b", "kv"]}},
+         "results": [{"name": "ix", "type": {"dtype": "bool", "shape": [3, 1, 1, 7]}}]},
+        {"name": "big", "op": "aten.full.default", "args": {"size": {"ints": []}, "fill_value": {"float": -1e9}, "dtype": {"dtype": "f32"}},
+         "results": [{"name": "big", "type": {"dtype": "f32", "shape": []}}]},
+        {"name": "w", "op": "aten.where.self", "args": {"condition": {"tensor": "ix"}, "self": {"tensor": "s"}, "other": {"tensor": "big"}},
+         "results": [{"name": "w", "type": {"dtype": "f32", "shape": [3, 2, 5, 7]}}]}
+      ],
+      "outputs": ["w", "ix"]
+    }"#;
+    let model = fxhlo::model_from_fxjson(json, Default::default()).unwrap();
+    let a = compile(&model, &CompileOptions::default()).unwrap();
+    let (kinds, _) = step_kinds_of(&a);
+    assert!(kinds.contains(&"gather_nd"), "{kinds:?}");
+    assert!(fallback_steps(&a).is_empty(), "{kinds:?}");
+    // Mask values 0, 1 and 5 (nonzero); batch indices 0, -1 (wrapped), 1; kv 0..7 reversed
+    // through negative ones.
+    let value = |k: usize, i: usize| match k {
+        0 => [0.0, 1.0, 5.0][(i * 5) % 3],
+        1 => [0.0, -1.0, 1.0][i],
+        2 => i as f64 - 7.0 * (i % 2) as f64,
+        _ => i as f64 * 0.25 - 3.0,
+    };
+    let inputs = inputs_of(&a, value);
+    let want = fxhlo_runtime::run(&model, &inputs).unwrap();
+    for threads in [1, 2] {
+        let got = executor(a.clone(), threads).run(&inputs).unwrap();
+        assert_eq!(got, want, "{threads} threads");
+    }
+    let bad = inputs_of(&a, |k, i| if k == 1 && i == 2 { 3.0 } else { value(k, i) });
+    let e = executor(a, 1).run(&bad).unwrap_err().to_string();
+    assert!(e.contains("index 3 is out of bounds"), "{e}");
 }
 
 /// A layer norm over channels written back permuted (ConvNeXt's `LayerNorm2d`: permute, layer

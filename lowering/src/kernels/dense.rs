@@ -12,7 +12,7 @@ use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_passes::fusion::is_strided_view;
 use fxhlo_runtime::fast::concat::ConcatSpec;
 use fxhlo_runtime::fast::conv::ConvSpec;
-use fxhlo_runtime::fast::gather::GatherSpec;
+use fxhlo_runtime::fast::gather::{GatherNdSpec, GatherSpec};
 use fxhlo_runtime::fast::gemm::{MatmulSpec, Operand};
 use fxhlo_runtime::fast::index::{ArgSpec, GatherDimSpec, ScanSpec};
 use fxhlo_runtime::fast::pool::{PoolKind, PoolSpec};
@@ -884,12 +884,54 @@ pub fn index_kernel(g: &Graph, node: NodeId) -> Result<IndexKernel, String> {
                 Arg::Tensors(vs) => vs,
                 other => return Err(a.err(format!("'indices' is a {}", other.kind_name()))),
             };
-            // One index tensor, after full slices (`None`) only.
+            // Index tensors in adjacent dimensions, after full slices (`None`) only; trailing
+            // full slices are the dimensions not listed.
             let p = list.iter().take_while(|v| v.is_none()).count();
-            let (Some(Some(i)), true) = (list.get(p), list.len() == p + 1 && p < xs.len()) else {
-                return Err(a.err("the fast kernel takes one index tensor after full slices only"));
+            let k = list[p..].iter().take_while(|v| v.is_some()).count();
+            if k == 0 || list[p + k..].iter().any(Option::is_some) || p + k > xs.len() {
+                return Err(a.err(
+                    "the fast kernels take index tensors in adjacent dimensions after full \
+                     slices only",
+                ));
+            }
+            if k > 1 {
+                let idx: Vec<ValueRef> = list[p..p + k].iter().flatten().copied().collect();
+                let mut shapes = vec![];
+                for &i in &idx {
+                    shapes.push(a.shape_of(i, DType::I64, "an index")?);
+                }
+                let rank = shapes.iter().map(Vec::len).max().unwrap_or(0);
+                let mut bshape = vec![1usize; rank];
+                for s in &shapes {
+                    for (b, &d) in bshape[rank - s.len()..].iter_mut().zip(s) {
+                        if *b == 1 {
+                            *b = d;
+                        } else if d != 1 && d != *b {
+                            return Err(a.err(format!("index shapes {shapes:?} do not broadcast")));
+                        }
+                    }
+                }
+                let spec = GatherNdSpec {
+                    outer: xs[..p].iter().product(),
+                    dims: xs[p..p + k].to_vec(),
+                    inner: xs[p + k..].iter().product(),
+                    bshape: bshape.clone(),
+                    index_shapes: shapes,
+                };
+                let out = [&xs[..p], &bshape[..], &xs[p + k..]].concat();
+                a.check_result(0, dtype, &out)?;
+                let mut operands = vec![x];
+                operands.extend(idx);
+                return Ok(IndexKernel {
+                    kernel: Kernel::GatherNd(spec),
+                    operands,
+                    results: vec![res(0)],
+                });
+            }
+            let Some(i) = list[p] else {
+                unreachable!("k >= 1 index tensors at p")
             };
-            let is = a.shape_of(*i, DType::I64, "the index")?;
+            let is = a.shape_of(i, DType::I64, "the index")?;
             let (outer, rows, inner) = lanes(&xs, p);
             let spec = GatherSpec {
                 outer,
@@ -900,7 +942,7 @@ pub fn index_kernel(g: &Graph, node: NodeId) -> Result<IndexKernel, String> {
             };
             let out = [&xs[..p], &is[..], &xs[p + 1..]].concat();
             a.check_result(0, dtype, &out)?;
-            (Kernel::Gather(spec), vec![x, *i], vec![res(0)])
+            (Kernel::Gather(spec), vec![x, i], vec![res(0)])
         }
         _ => return Err(a.err("is not an index op")),
     };

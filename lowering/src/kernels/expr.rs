@@ -18,7 +18,8 @@ use fxhlo_ir::{Arg, DType, Graph, Node, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_runtime::fast::expr::{BinOp, Expr, ExprBuilder, Leaf, LeafKind, LeafSrc, UnOp, Val};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// Expresses each of `roots` (values of f32 type whose shape equals `shape`) as an Expr over
+/// Expresses each of `roots` (values of f32 or bool type whose shape equals `shape`; a bool
+/// root is computed as `0`/`1` values, which the runtime stores as bools) as an Expr over
 /// iteration space `shape`. The walk follows only producers that are nodes in `members`; every
 /// other value reached is a leaf loaded from the operand slot `slots.slot(v)` (a contiguous
 /// row-major buffer of v's own type). View ops on the way are folded into each leaf's affine
@@ -39,7 +40,7 @@ pub fn build(
         None,
         slots,
         &BTreeMap::new(),
-        false,
+        true,
     )
 }
 
@@ -663,7 +664,10 @@ impl<'a> Walk<'a> {
                 let in_dtype = self.g.ty(src).dtype;
                 let x = match in_dtype {
                     DType::F32 | DType::Bool => self.value(src, acc)?,
-                    DType::I64 if f32_out => self.value_as(src, acc, true)?,
+                    // As f32: exact for a bool result too (no nonzero i64 rounds to 0).
+                    DType::I64 if f32_out || out_dtype == DType::Bool => {
+                        self.value_as(src, acc, true)?
+                    }
                     d => {
                         return Err(self.err(i, format!("conversion from {d} is not supported")));
                     }

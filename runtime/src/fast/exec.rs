@@ -823,14 +823,35 @@ fn run_kernel(
     match (k, dsts) {
         (Kernel::Elementwise(e), dsts) => {
             e.validate(srcs)?;
+            // A bool result (a mask) is computed as 0/1 values into scratch, then stored.
+            let n = e.numel();
+            let mut scratch: Vec<Vec<f32>> = (dsts.iter())
+                .filter(|d| matches!(d, Dst::Bool(_)))
+                .map(|_| vec![0f32; n])
+                .collect();
+            let mut scratch_it = scratch.iter_mut();
             let mut outs: Vec<&mut [f32]> = Vec::with_capacity(dsts.len());
             for d in dsts.iter_mut() {
                 match d {
-                    Dst::F32(o) if o.len() == e.numel() => outs.push(o),
-                    _ => return Err("elementwise results must be f32 of the iteration size".into()),
+                    Dst::F32(o) if o.len() == n => outs.push(o),
+                    Dst::Bool(o) if o.len() == n => {
+                        outs.push(scratch_it.next().expect("one per bool result"))
+                    }
+                    _ => {
+                        return Err(
+                            "elementwise results must be f32 or bool of the iteration size".into(),
+                        )
+                    }
                 }
             }
             super::expr::run_elementwise(e, srcs, &mut outs);
+            let mut scratch_it = scratch.iter();
+            for d in dsts.iter_mut() {
+                if let Dst::Bool(o) = d {
+                    let v = scratch_it.next().expect("one per bool result");
+                    o.iter_mut().zip(v).for_each(|(b, &x)| *b = x != 0.0);
+                }
+            }
             Ok(())
         }
         (Kernel::RowReduce(r), dsts) => super::reduce::run_row_reduce(r, srcs, dsts),
@@ -897,7 +918,10 @@ fn run_kernel(
             super::pool::pool2d(spec, f32_src(srcs, 0)?, out, Some(idx));
             Ok(())
         }
-        (Kernel::Gather(_) | Kernel::GatherDim(_) | Kernel::Concat(_), [out]) => match out {
+        (
+            Kernel::Gather(_) | Kernel::GatherNd(_) | Kernel::GatherDim(_) | Kernel::Concat(_),
+            [out],
+        ) => match out {
             Dst::F32(o) => run_copy(k, srcs, o),
             Dst::I64(o) => run_copy(k, srcs, o),
             Dst::Bool(o) => run_copy(k, srcs, o),
@@ -972,6 +996,12 @@ fn run_copy<T: Copied>(k: &Kernel, srcs: &[Src<'_>], out: &mut [T]) -> Result<()
     match k {
         Kernel::Gather(spec) => super::gather::gather(spec, src(0)?, i64_src(srcs, 1)?, out),
         Kernel::GatherDim(spec) => super::index::gather_dim(spec, src(0)?, i64_src(srcs, 1)?, out),
+        Kernel::GatherNd(spec) => {
+            let idx = (1..srcs.len())
+                .map(|i| i64_src(srcs, i))
+                .collect::<Result<Vec<_>, _>>()?;
+            super::gather::gather_nd(spec, src(0)?, &idx, out)
+        }
         Kernel::Concat(spec) => {
             let inputs = (0..srcs.len()).map(src).collect::<Result<Vec<_>, _>>()?;
             super::concat::concat(spec, &inputs, out)
@@ -1017,7 +1047,12 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
                 n_dst == e.num_outputs() && s.dsts.iter().all(|v| len(Some(v)) == Some(e.numel())),
                 "elementwise results must match the expression's outputs",
             )?;
-            want(all_f32(&s.dsts), "elementwise results must be f32")?;
+            want(
+                s.dsts
+                    .iter()
+                    .all(|&v| is(Some(&v), DType::F32) || is(Some(&v), DType::Bool)),
+                "elementwise results must be f32 or bool",
+            )?;
             let kinds = e.slots();
             want(
                 kinds.iter().all(|&(slot, _)| (slot as usize) < n_src),
@@ -1078,6 +1113,26 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
         Kernel::Gather(gs) => {
             let (t, i, o) = gather_operands()?;
             gs.validate(t, i, o)
+        }
+        Kernel::GatherNd(gs) => {
+            want(
+                n_dst == 1 && n_src == 1 + gs.dims.len(),
+                "gather_nd operand count",
+            )?;
+            want(
+                copied_src(s.srcs.first()) && s.srcs[1..].iter().all(|v| is(Some(v), DType::I64)),
+                "gather_nd takes a table of f32, i64 or bool, i64 indices and a result of the \
+                 table's type",
+            )?;
+            let lens: Vec<usize> = s.srcs[1..]
+                .iter()
+                .map(|v| len(Some(v)).unwrap_or(0))
+                .collect();
+            gs.validate(
+                len(s.srcs.first()).unwrap_or(0),
+                &lens,
+                len(s.dsts.first()).unwrap_or(0),
+            )
         }
         Kernel::Concat(c) => {
             want(n_dst == 1, "concatenation result count")?;

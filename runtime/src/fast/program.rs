@@ -143,6 +143,9 @@ pub enum Kernel {
     Pool(super::pool::PoolSpec),
     /// Row gather (`embedding`, `index_select`): sources the table and the indices.
     Gather(super::gather::GatherSpec),
+    /// Advanced indexing with several adjacent index tensors (`x[:, i, j]`): sources the
+    /// table, then one `i64` index tensor per indexed dimension.
+    GatherNd(super::gather::GatherNdSpec),
     /// Concatenation (`cat`): sources the inputs, all of the destination's element type.
     Concat(super::concat::ConcatSpec),
     /// `argmax`/`argmin` (destination the `i64` indices) or `max.dim`/`min.dim` (destinations
@@ -169,6 +172,7 @@ impl Kernel {
             Kernel::Conv { .. } => "conv",
             Kernel::Pool(_) => "pool",
             Kernel::Gather(_) => "gather",
+            Kernel::GatherNd(_) => "gather_nd",
             Kernel::Concat(_) => "concat",
             Kernel::ArgReduce(_) => "argreduce",
             Kernel::Cumsum(_) => "cumsum",
