@@ -28,12 +28,36 @@ pub fn read_model(path: &Path) -> Result<Model> {
         pt2::read_pt2_bytes(&bytes, &file.display().to_string())
     } else if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
         fxjson::read_fxjson_bytes(&bytes, &file)
+    } else if is_ir_text(&bytes) {
+        let text = std::str::from_utf8(&bytes).map_err(|e| IrError::Format {
+            file: file.display().to_string(),
+            msg: format!("IR text that is not UTF-8: {e}"),
+        })?;
+        let graph = crate::text::parse_graph(text)?;
+        // The text form holds no tensor bytes: a stage that needs a parameter's values says
+        // so when it looks for them.
+        Ok(Model {
+            graph,
+            weights: Default::default(),
+        })
     } else {
         Err(IrError::Format {
             file: file.display().to_string(),
-            msg: "neither a fxjson graph (JSON object) nor a .pt2 archive (zip)".into(),
+            msg: "neither a fxjson graph (JSON object), IR text ('graph {') nor a .pt2 archive \
+                  (zip)"
+                .into(),
         })
     }
+}
+
+/// Whether `bytes` begin, after blank lines and `#` comment lines, with `graph` (the IR text
+/// form of `crate::text`).
+fn is_ir_text(bytes: &[u8]) -> bool {
+    bytes
+        .split(|&b| b == b'\n')
+        .map(|l| l.trim_ascii())
+        .find(|l| !l.is_empty() && !l.starts_with(b"#"))
+        .is_some_and(|l| l.starts_with(b"graph"))
 }
 
 /// Builds a graph node by node, resolving value names; used by both readers.
