@@ -46,6 +46,7 @@ pub fn pass_by_name(name: &str) -> Option<Box<dyn Pass>> {
         "cse" => Box::new(cse::Cse),
         "canonicalize" => Box::new(canonicalize::Canonicalize),
         "egraph" => Box::new(egraph::Egraph::default()),
+        "egraph-reassoc" => Box::new(egraph::Egraph::reassociating()),
         "composites" => Box::new(composite::CompositePass),
         "conv-bn" => Box::new(conv_bn::ConvBn),
         _ => return None,
@@ -60,6 +61,7 @@ pub const PASS_NAMES: &[&str] = &[
     "cse",
     "dce",
     "egraph",
+    "egraph-reassoc",
 ];
 
 /// Runs a sequence of passes, optionally verifying and printing after each.

@@ -28,6 +28,9 @@ pub struct Config {
     pub node_limit: usize,
     /// Wall-clock limit; `None` for deterministic runs (tests).
     pub time_limit: Option<Duration>,
+    /// Run the rules that reassociate or move a rounding too (not only the exact ones; see
+    /// [`rules::Rule::exact`]).
+    pub reassociate: bool,
 }
 
 impl Default for Config {
@@ -36,6 +39,7 @@ impl Default for Config {
             iter_limit: 16,
             node_limit: 20_000,
             time_limit: Some(Duration::from_millis(500)),
+            reassociate: false,
         }
     }
 }
@@ -106,9 +110,25 @@ pub struct Egraph {
     pub config: Config,
 }
 
+impl Egraph {
+    /// The pass that runs every rule, exact or not (`egraph-reassoc`).
+    pub fn reassociating() -> Egraph {
+        Egraph {
+            config: Config {
+                reassociate: true,
+                ..Config::default()
+            },
+        }
+    }
+}
+
 impl Pass for Egraph {
     fn name(&self) -> &'static str {
-        "egraph"
+        if self.config.reassociate {
+            "egraph-reassoc"
+        } else {
+            "egraph"
+        }
     }
 
     fn run(&self, g: &mut Graph, cx: &mut Cx) -> Result<Changed, IrError> {
@@ -144,7 +164,10 @@ pub fn optimize(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport), IrE
         .iter()
         .map(|o| tr.values[o.node][o.index])
         .collect();
-    let rules = rules::all();
+    let rules: Vec<rules::Rw> = (rules::all().into_iter())
+        .filter(|r| r.exact || config.reassociate)
+        .map(|r| r.rw)
+        .collect();
     let mut runner = Runner::default()
         .with_egraph(tr.egraph)
         .with_iter_limit(config.iter_limit)

@@ -4,7 +4,7 @@
 use super::*;
 
 /// The algebra rules.
-pub fn rules() -> Vec<Rw> {
+pub fn rules() -> Vec<Rule> {
     vec![
         rule(
             "neg-neg",
@@ -20,7 +20,7 @@ pub fn rules() -> Vec<Rw> {
         ),
         rule("add-commute", "(aten.add.Tensor ?a ?b 1)", add_commute),
         rule("mul-commute", "(aten.mul.Tensor ?a ?b)", mul_commute),
-        rule(
+        reassociating(
             "mul-scalar-fold",
             "(aten.mul.Scalar (aten.mul.Scalar ?x ?a) ?b)",
             mul_scalar_fold,

@@ -4,7 +4,7 @@
 use super::*;
 
 /// The layout rules.
-pub fn rules() -> Vec<Rw> {
+pub fn rules() -> Vec<Rule> {
     vec![
         rule(
             "permute-permute",

@@ -5,39 +5,39 @@
 use super::*;
 
 /// The matmul rules.
-pub fn rules() -> Vec<Rw> {
+pub fn rules() -> Vec<Rule> {
     vec![
-        rule(
+        reassociating(
             "mm-bias-to-addmm",
             "(aten.add.Tensor (aten.mm.default ?a ?b) ?c 1)",
             mm_bias,
         ),
-        rule(
+        reassociating(
             "mm-pull-scalar-lhs",
             "(aten.mm.default (aten.mul.Scalar ?a ?s) ?b)",
             pull_lhs_mm,
         ),
-        rule(
+        reassociating(
             "mm-pull-scalar-rhs",
             "(aten.mm.default ?a (aten.mul.Scalar ?b ?s))",
             pull_rhs_mm,
         ),
-        rule(
+        reassociating(
             "bmm-pull-scalar-lhs",
             "(aten.bmm.default (aten.mul.Scalar ?a ?s) ?b)",
             pull_lhs_bmm,
         ),
-        rule(
+        reassociating(
             "bmm-pull-scalar-rhs",
             "(aten.bmm.default ?a (aten.mul.Scalar ?b ?s))",
             pull_rhs_bmm,
         ),
-        rule(
+        reassociating(
             "mm-push-scalar",
             "(aten.mul.Scalar (aten.mm.default ?a ?b) ?s)",
             push_mm,
         ),
-        rule(
+        reassociating(
             "bmm-push-scalar",
             "(aten.mul.Scalar (aten.bmm.default ?a ?b) ?s)",
             push_bmm,

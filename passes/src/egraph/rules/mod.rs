@@ -46,14 +46,41 @@ pub fn guarded_union(eg: &mut EGraph, a: Id, b: Id) -> bool {
     eg.union(a, b)
 }
 
-/// A rule from a pattern and a builder.
-pub fn rule(name: &str, lhs: &str, build: BuildFn) -> Rw {
+/// A rule and whether it keeps results bit for bit.
+pub struct Rule {
+    /// The rewrite.
+    pub rw: Rw,
+    /// Whether the rewritten expression has the value of the original in every evaluation
+    /// that rounds each op once (the reference interpreter's semantics): `x + x -> x * 2`,
+    /// layout rules. A rule that is not exact reassociates or moves a rounding (`(x * a) * b
+    /// -> x * (a * b)`, `mm(a, b) + c -> addmm`): `-O2` leaves it out, the `egraph-reassoc`
+    /// pass runs it (see README.md beside this file).
+    pub exact: bool,
+}
+
+fn rewrite(name: &str, lhs: &str, build: BuildFn) -> Rw {
     let pat: Pattern<ENode> = lhs.parse().unwrap_or_else(|e| panic!("rule {name}: {e:?}"));
     Rewrite::new(name, pat, FnApplier(build)).unwrap_or_else(|e| panic!("rule {name}: {e}"))
 }
 
+/// An exact rule from a pattern and a builder.
+pub fn rule(name: &str, lhs: &str, build: BuildFn) -> Rule {
+    Rule {
+        rw: rewrite(name, lhs, build),
+        exact: true,
+    }
+}
+
+/// A rule that reassociates or moves a rounding (see [`Rule::exact`]).
+pub fn reassociating(name: &str, lhs: &str, build: BuildFn) -> Rule {
+    Rule {
+        rw: rewrite(name, lhs, build),
+        exact: false,
+    }
+}
+
 /// Every rule, in a fixed order.
-pub fn all() -> Vec<Rw> {
+pub fn all() -> Vec<Rule> {
     let mut v = algebra::rules();
     v.extend(layout::rules());
     v.extend(reshape::rules());

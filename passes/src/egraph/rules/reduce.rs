@@ -4,14 +4,14 @@
 use super::*;
 
 /// The reduction rules.
-pub fn rules() -> Vec<Rw> {
+pub fn rules() -> Vec<Rule> {
     vec![
-        rule(
+        reassociating(
             "sum-pull-scalar",
             "(aten.sum.dim_IntList (aten.mul.Scalar ?x ?c) ?d ?k none)",
             |eg, _, s| pull_scalar(eg, s, Op::SumDimIntList),
         ),
-        rule(
+        reassociating(
             "mean-pull-scalar",
             "(aten.mean.dim (aten.mul.Scalar ?x ?c) ?d ?k none)",
             |eg, _, s| pull_scalar(eg, s, Op::MeanDim),

@@ -5,7 +5,7 @@
 use super::*;
 
 /// The reshape rules.
-pub fn rules() -> Vec<Rw> {
+pub fn rules() -> Vec<Rule> {
     vec![
         rule(
             "view-view",
