@@ -250,6 +250,38 @@ fn recompute(g: &Graph, v: ValueRef, vals: &mut Values<'_>) -> Result<Vec<Step>,
     Ok(steps)
 }
 
+/// [`recompute`], or where the elementwise engine cannot compute `v` (an `i64` `arange`), a
+/// fallback step of the same nodes alone; one that reads only constants is folded when the
+/// artifact is made.
+fn recompute_or_interpret(
+    g: &Graph,
+    v: ValueRef,
+    vals: &mut Values<'_>,
+) -> Result<Vec<Step>, String> {
+    match all_or_nothing(vals, |vals| recompute(g, v, vals)) {
+        Ok(steps) => Ok(steps),
+        Err(reason) => {
+            let mut chain = BTreeSet::new();
+            let mut work = vec![v.node];
+            while let Some(i) = work.pop() {
+                if !matches!(g.nodes[i].kind, NodeKind::Op(_)) {
+                    return Err(format!("value '{}' is not computed", g.value_name(v)));
+                }
+                if chain.insert(i) {
+                    work.extend(
+                        reads(g, i)
+                            .filter(|a| !vals.ready.contains(a))
+                            .map(|a| a.node),
+                    );
+                }
+            }
+            let step = fallback_step(g, &nodes_kernel(g, &chain, vec![v]), vals, reason)?;
+            mark_ready(vals, std::slice::from_ref(&step));
+            Ok(vec![step])
+        }
+    }
+}
+
 /// The steps of each of `ks` alone (where one step meant to replace them cannot be built).
 fn each_kernel<'k>(
     g: &Graph,
@@ -828,6 +860,11 @@ fn reduction_chains(g: &Graph, plan: &FusionPlan) -> (BTreeMap<usize, Chain>, BT
 
 /// Pooling and gathers (single-node kernels), and view-like ops as elementwise copies.
 fn other_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
+    all_or_nothing(vals, |vals| other_steps_of(g, k, vals))
+}
+
+/// [`other_steps`], leaving the value table changed on an error.
+fn other_steps_of(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
     let root = k.root;
     let op = g.nodes[root].op();
     use fxhlo_ir::Op;
@@ -864,7 +901,16 @@ fn other_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
                 .map_err(|e| format!("no fast kernel for this op yet ({e})"));
         }
     };
-    node_step(g, root, (kernel, &operands, &results), vals).map(|s| vec![s])
+    // Operands the kernel only recomputes (the positions `arange` of an embedding) are
+    // computed first, from values already computed.
+    let mut steps = vec![];
+    for &v in &operands {
+        if !vals.ready.contains(&v) {
+            steps.extend(recompute_or_interpret(g, v, vals)?);
+        }
+    }
+    steps.push(node_step(g, root, (kernel, &operands, &results), vals)?);
+    Ok(steps)
 }
 
 /// The step of node `n` alone: `kernel` reading `operands` (computed by earlier steps) and
