@@ -989,6 +989,46 @@ fn padding_masks_run_without_fallbacks() {
     assert!(e.contains("index 3 is out of bounds"), "{e}");
 }
 
+/// The positions of a positional embedding (an `i64` `arange`, which the gather's kernel
+/// only recomputes and the elementwise engine cannot write) are computed at compile time, so
+/// the gather reads a constant (a Whisper encoder was refused with "step 0 reads value
+/// 'arange' before it is computed").
+#[test]
+fn a_gather_computes_the_indices_it_only_recomputes() {
+    let json = br#"{
+      "format": "fxhlo-graph", "version": 1,
+      "inputs": [
+        {"name": "w", "kind": "user_input", "type": {"dtype": "f32", "shape": [32, 8]}},
+        {"name": "x", "kind": "user_input", "type": {"dtype": "f32", "shape": [1, 6, 8]}}
+      ],
+      "nodes": [
+        {"name": "pos", "op": "aten.arange.start_step", "args": {"start": {"int": 2}, "end": {"int": 14}, "step": {"int": 2}},
+         "results": [{"name": "pos", "type": {"dtype": "i64", "shape": [6]}}]},
+        {"name": "e", "op": "aten.embedding.default", "args": {"weight": {"tensor": "w"}, "indices": {"tensor": "pos"}},
+         "results": [{"name": "e", "type": {"dtype": "f32", "shape": [6, 8]}}]},
+        {"name": "y", "op": "aten.add.Tensor", "args": {"self": {"tensor": "x"}, "other": {"tensor": "e"}},
+         "results": [{"name": "y", "type": {"dtype": "f32", "shape": [1, 6, 8]}}]}
+      ],
+      "outputs": ["y"]
+    }"#;
+    let model = fxhlo::model_from_fxjson(json, Default::default()).unwrap();
+    let a = compile(&model, &CompileOptions::default()).unwrap();
+    let (kinds, _) = step_kinds_of(&a);
+    assert_eq!(kinds, ["gather", "elementwise"], "{kinds:?}");
+    let inputs = inputs_of(&a, |k, i| (k * 1000 + i) as f64);
+    let want = fxhlo_runtime::run(&model, &inputs).unwrap();
+    for threads in [1, 2] {
+        let got = executor(a.clone(), threads).run(&inputs).unwrap();
+        assert_eq!(got, want, "{threads} threads");
+    }
+    // y[0, j, c] = x[0, j, c] + w[2 + 2j, c], with w[r, c] = 8r + c and x[0, j, c] = 1000 + 8j + c
+    let y = want[0].to_f64_vec();
+    let expect: Vec<f64> = (0..48)
+        .map(|i| (1000 + i) as f64 + (8 * (2 + 2 * (i / 8)) + i % 8) as f64)
+        .collect();
+    assert_eq!(y, expect);
+}
+
 /// A layer norm over channels written back permuted (ConvNeXt's `LayerNorm2d`: permute, layer
 /// norm, permute back) cannot write its rows in place through the permutation; it runs as a
 /// reduction step and an elementwise step after it instead of on the interpreter, and matches

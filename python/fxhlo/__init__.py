@@ -9,6 +9,8 @@
 Importing this package does not import torch.
 """
 
+from typing import Any, Dict
+
 __version__ = "0.1.0"
 
 try:  # the Rust extension, present when the package is installed (maturin build)
@@ -18,3 +20,12 @@ try:  # the Rust extension, present when the package is installed (maturin build
     )
 except ImportError:  # running from a source checkout without the extension
     pass
+
+
+def stats() -> Dict[str, Any]:
+    """The torch backend's counters in this process, as a dict: totals (graphs compiled,
+    cache hits, compile seconds, fallbacks, ...) and ``graphs``: for each graph it received,
+    its steps, the steps run on the reference interpreter with their reasons, the parts run
+    in eager and why (docs/torch-backend.md).  ``fxhlo.runner.STATS.reset()`` zeroes them."""
+    from .runner import STATS
+    return STATS.as_dict()

@@ -4,21 +4,30 @@
     model = torch.compile(model, backend="fxhlo",
                           options={"opt_level": 2, "threads": 4, "dump_dir": "/tmp/g"})
 
-Every graph Dynamo captures goes through ``aot_autograd`` with the core ATen decompositions
-(the table ``torch.export``'s ``run_decompositions()`` uses, less the ops fxhlo compiles
-natively, so the graphs hold the ops of fxhlo's op table); the forward, backward and inference graphs it produces are each compiled
-in-process by the Rust compiler (:mod:`fxhlo.runner`) and run on the torch tensors without
-copies.  Graphs with ops fxhlo does not support are partitioned: the supported parts are
-compiled, the rest runs in eager, and one :class:`FxhloFallbackWarning` names the ops.  Graphs
-with symbolic shapes (``dynamic=True``, or Dynamo's automatic dynamic shapes after a shape
-change) are compiled once per concrete input shape at run time.  See docs/torch-backend.md.
+Every graph Dynamo captures goes through ``aot_autograd`` with the backend's decomposition
+table (:mod:`fxhlo.decomp`: the core ATen decompositions less the ops fxhlo compiles natively,
+so the graphs hold the ops of fxhlo's op table); the forward, backward and inference graphs it
+produces are each compiled in-process by the Rust compiler (:mod:`fxhlo.runner`) and run on the
+torch tensors without copies.  Values computed from constants alone by ops fxhlo lacks are
+evaluated once at compile time.  Graphs with ops fxhlo does not support are partitioned: the
+supported parts are compiled, the rest runs in eager, and one :class:`FxhloFallbackWarning`
+names the ops.  Graphs with symbolic shapes are compiled once per concrete input shape at run
+time.
+
+The backend never raises to the user unless the ``strict`` option is set: a failure to trace,
+decompose, partition, compile or run a graph makes that graph (or part) run in eager, with one
+warning naming the reason.  Steps of a compiled program that run on the reference interpreter
+are reported by one :class:`FxhloInterpreterWarning` per graph; :func:`fxhlo.stats` returns
+the counters.  See docs/torch-backend.md.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import operator
+import re
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -26,8 +35,10 @@ import torch
 import torch.fx
 
 from . import _native
-from .dump import DTYPE_NAMES, DumpError, _DROPPED_OPS, _op_name
-from .runner import STATS, CompileConfig, compile_graph_module, prepare_graph
+from .decomp import AttentionAsMath, decompositions, table_for  # noqa: F401 (public)
+from .dump import DTYPE_NAMES, _DROPPED_OPS, _op_name
+from .runner import (STATS, CompileConfig, GraphStats, compile_graph_module, fold_constants,
+                     prepare_graph)
 
 log = logging.getLogger("fxhlo")
 
@@ -44,7 +55,12 @@ OPTIONS = {
 
 
 class FxhloFallbackWarning(UserWarning):
-    """Part of a graph runs in eager because fxhlo cannot compile it."""
+    """Part of a graph runs in eager because fxhlo cannot compile (or run) it."""
+
+
+class FxhloInterpreterWarning(FxhloFallbackWarning):
+    """Steps of a compiled program run on fxhlo's reference interpreter (correct, but slow:
+    no fast kernel for them yet)."""
 
 
 def parse_options(options: Optional[Dict[str, Any]]) -> tuple:
@@ -75,6 +91,16 @@ def _boxed(fn: Callable) -> Callable:
     return run
 
 
+def _boxed_list(gm: torch.fx.GraphModule) -> Callable:
+    """``gm`` in the boxed convention, its results as a list (as a compiled graph gives them;
+    a graph of one output returns the value itself)."""
+    def run(args):
+        out = gm(*args)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+    run._boxed_call = True
+    return run
+
+
 def _tensor_vals(val) -> Optional[List[torch.Tensor]]:
     if isinstance(val, torch.Tensor):
         return [val]
@@ -95,6 +121,26 @@ def _is_dynamic(values: Sequence[Any]) -> bool:
         if isinstance(v, torch.Tensor) and not _static(v):
             return True
     return False
+
+
+def _why(e: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    lines = str(e).strip().splitlines()
+    msg = lines[0] if lines else ""
+    if len(msg) > 300:
+        msg = msg[:297] + "..."
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+_NODE_PREFIX = re.compile(r"node (?:\d+ )?'[^']*' \(([^()]*)\)")
+
+
+def short_reason(reason: str) -> str:
+    """A fallback step's reason without what names one node (``node 412 'grid_sampler_2d_4'
+    (aten.grid_sampler_2d.default)`` -> ``aten.grid_sampler_2d.default``), so that the steps
+    of the same op give one reason; at most 160 characters."""
+    r = _NODE_PREFIX.sub(r"\1", reason)
+    return r if len(r) <= 160 else r[:157] + "..."
 
 
 class _Support:
@@ -144,16 +190,45 @@ def _operator_support(support: _Support):
     return S()
 
 
-class _CompiledModule(torch.nn.Module):
-    """Stands in for a fused partition: runs its compiled graph."""
+class _EagerOnFailure:
+    """Runs a compiled graph (boxed: one list of inputs); if it fails at run time, the failure
+    is reported once and ``eager`` (the same graph in torch) runs instead, from then on.  The
+    graphs are functional (aot_autograd's), so running the graph again in eager is safe."""
 
-    def __init__(self, compiled, single: bool):
+    def __init__(self, compiled: Callable, eager: Callable, session: "Session",
+                 stats: GraphStats, what: str):
+        self._boxed_call = True
+        self.compiled: Optional[Callable] = compiled
+        self.eager = eager
+        self.session = session
+        self.stats = stats
+        self.what = what
+
+    def __call__(self, args):
+        if self.compiled is not None:
+            try:
+                return self.compiled(args)
+            except Exception as e:  # noqa: BLE001 - never a crash: this graph runs in eager
+                if self.session.strict:
+                    raise
+                self.compiled = None
+                self.stats.eager_partitions += 1
+                self.session.fallback(self.stats, f"{self.what} failed at run time "
+                                                  f"({_why(e)}); running it in eager from now on")
+        return self.eager(args)
+
+
+class _CompiledModule(torch.nn.Module):
+    """Stands in for a fused partition: runs its compiled graph (the partition in eager if that
+    fails at run time)."""
+
+    def __init__(self, run: _EagerOnFailure, single: bool):
         super().__init__()
-        self.compiled = compiled
+        self.run = run
         self.single = single
 
     def forward(self, *args):
-        res = self.compiled(list(args))
+        res = self.run(list(args))
         return res[0] if self.single else tuple(res)
 
 
@@ -162,7 +237,7 @@ _graph_ids = itertools.count()
 
 class Session:
     """One Dynamo graph: compiles the forward, backward and inference graphs aot_autograd
-    makes of it, and warns once about what falls back."""
+    makes of it, and warns once per graph and reason about what falls back."""
 
     def __init__(self, cfg: CompileConfig, strict: bool):
         self.cfg = cfg
@@ -170,6 +245,9 @@ class Session:
         self.id = next(_graph_ids)
         self.warned: set = set()
         self._supported: Optional[set] = None
+        # unique graph name -> the name it was made from (the shape specializations of a
+        # dynamic graph, and recompilations, share it: their warnings are given once)
+        self._base: Dict[str, str] = {}
 
     @property
     def support(self) -> _Support:
@@ -177,15 +255,37 @@ class Session:
             self._supported = set(_native.supported_ops())
         return _Support(self._supported)
 
-    def fallback(self, what: str, reason: str) -> None:
-        """Reports (once per reason) that ``what`` runs in eager; raises when strict."""
+    def graph_stats(self, name: str) -> GraphStats:
+        """New counters for a graph called ``name`` (made unique: a dynamic graph's shape
+        specializations and recompilations have the same name)."""
+        unique, k = name, 1
+        while unique in STATS.graphs:
+            k += 1
+            unique = f"{name}_{k}"
+        gs = GraphStats(name=unique)
+        STATS.graphs[unique] = gs
+        self._base[unique] = name
+        return gs
+
+    def _first_time(self, gs: GraphStats, what) -> bool:
+        """Whether ``what`` was not yet reported for ``gs`` (or another compilation of the
+        same graph); it counts as reported from now on."""
+        key = (self._base.get(gs.name, gs.name), what)
+        if key in self.warned:
+            return False
+        self.warned.add(key)
+        return True
+
+    def fallback(self, gs: GraphStats, reason: str) -> None:
+        """Reports (once per graph and reason) that (part of) graph ``gs`` runs in eager;
+        raises ``fxhlo.FxhloError`` instead when strict."""
         STATS.fallback_graphs += 1
-        STATS.events.append(f"{what}: {reason}")
+        STATS.events.append(f"{gs.name}: {reason}")
+        gs.eager_reasons.append(reason)
         if self.strict:
-            raise _native.FxhloError(f"fxhlo (strict): {what}: {reason}")
-        if reason not in self.warned:
-            self.warned.add(reason)
-            warnings.warn(f"fxhlo: {what}: {reason}", FxhloFallbackWarning, stacklevel=2)
+            raise _native.FxhloError(f"fxhlo (strict): {gs.name}: {reason}")
+        if self._first_time(gs, reason):
+            warnings.warn(f"fxhlo: {gs.name}: {reason}", FxhloFallbackWarning, stacklevel=2)
 
     def compiler(self, kind: str) -> Callable:
         """An aot_autograd compiler (``fw_compiler`` etc.) for graphs of ``kind``."""
@@ -194,39 +294,68 @@ class Session:
         return compile_fn
 
     def compile(self, gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable:
-        """Compiles one ATen graph; returns a boxed callable."""
+        """Compiles one ATen graph; returns a boxed callable.  Any failure (in the graph
+        rewrites, the partitioner, the encoder or the compiler) runs the graph in eager, with
+        a warning, unless strict."""
+        gs = self.graph_stats(name)
+        gs.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        # The graph's code as received: what runs in eager if anything fails. The rewrites
+        # below change the graph in place, but they only add attributes and regenerate the
+        # code, so this code stays valid (the partitioner works on a copy).
+        eager = _boxed(gm.forward)
+        try:
+            # aot_autograd may call the compiler with its fake tensor mode active: constants
+            # are read and folded as the real tensors they are
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+            with unset_fake_temporarily():
+                return self._compile(gm, eager, example_inputs, gs)
+        except Exception as e:  # noqa: BLE001 - never a crash: this graph runs in eager
+            if self.strict:
+                raise
+            gs.compiled_partitions = 0
+            gs.eager_partitions = 1
+            self.fallback(gs, f"cannot be compiled ({_why(e)}); running it in eager")
+            return eager
+
+    def _compile(self, gm: torch.fx.GraphModule, eager: Callable, example_inputs,
+                 gs: GraphStats) -> Callable:
         phs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
         if _is_dynamic(phs) or _is_dynamic(list(example_inputs)):
-            self.fallback(name, "the graph has symbolic shapes; running it in eager")
-            return _boxed(gm)
+            gs.eager_partitions = 1
+            self.fallback(gs, "the graph has symbolic shapes; running it in eager")
+            return eager
         prepare_graph(gm)
         support = self.support
+        gs.folded = fold_constants(gm, lambda n: support.why_not(n) is not None)
         bad: Dict[str, int] = {}
         for n in gm.graph.nodes:
             r = support.why_not(n)
             if r is not None:
                 bad[r] = bad.get(r, 0) + 1
-        if not bad:
-            try:
-                return compile_graph_module(gm, self.cfg, name)
-            except (_native.FxhloError, DumpError) as e:
-                self.fallback(name, f"cannot be compiled, running it in eager: {e}")
-                return _boxed(gm)
-        return self._partition(gm, name, bad)
+        if bad:
+            return self._partition(gm, gs, bad)
+        cg = compile_graph_module(gm, self.cfg, gs.name)
+        gs.compiled_partitions = 1
+        self._count_steps(gs, [cg])
+        cg.stats = gs
+        return _EagerOnFailure(cg, eager, self, gs, "the compiled graph")
 
-    def _partition(self, gm: torch.fx.GraphModule, name: str, bad: Dict[str, int]) -> Callable:
+    def _partition(self, gm: torch.fx.GraphModule, gs: GraphStats,
+                   bad: Dict[str, int]) -> Callable:
         from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
         ops = ", ".join(f"{k} ({v} node{'s' if v > 1 else ''})" for k, v in sorted(bad.items()))
         msg = (f"op(s) not supported by fxhlo yet, run in eager: {ops}; the other parts of the "
                f"graph are compiled")
+        gs.eager_ops = dict(sorted(bad.items()))
         if self.strict:
-            self.fallback(name, msg)
+            self.fallback(gs, msg)
+        gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # fused in place
         part = CapabilityBasedPartitioner(gm, _operator_support(self.support),
                                           allows_single_node_partition=True)
         partitions = part.propose_partitions()
         fused = part.fuse_partitions(partitions)
-        compiled = 0
+        compiled = []
         for node in list(fused.graph.nodes):
             if node.op != "call_module":
                 continue
@@ -235,117 +364,66 @@ class Session:
                 continue
             out = next(n for n in sub.graph.nodes if n.op == "output")
             single = not isinstance(out.args[0], (list, tuple))
+            what = f"partition {node.target}"
             try:
-                cg = compile_graph_module(sub, self.cfg, f"{name}_{node.target}")
-            except (_native.FxhloError, DumpError) as e:
-                self.fallback(f"{name}_{node.target}",
-                              f"cannot be compiled, running it in eager: {e}")
+                cg = compile_graph_module(sub, self.cfg, f"{gs.name}_{node.target}")
+            except Exception as e:  # noqa: BLE001 - this partition runs in eager
+                if self.strict:
+                    raise
+                gs.eager_partitions += 1
+                self.fallback(gs, f"{what} cannot be compiled ({_why(e)}); running it in eager")
                 continue
-            setattr(fused, node.target, _CompiledModule(cg, single))
-            compiled += 1
-        STATS.partitions += compiled
-        self.fallback(name, msg)
-        log.debug("fxhlo: %s: %d partition(s) compiled, unsupported: %s", name, compiled, ops)
+            cg.stats = gs
+            run = _EagerOnFailure(cg, _boxed_list(sub), self, gs, what)
+            setattr(fused, node.target, _CompiledModule(run, single))
+            compiled.append(cg)
+        gs.compiled_partitions = len(compiled)
+        gs.eager_partitions += _eager_groups(fused, self.support)
+        STATS.partitions += len(compiled)
+        self._count_steps(gs, compiled)
+        self.fallback(gs, msg)
+        log.debug("fxhlo: %s: %d partition(s) compiled, unsupported: %s", gs.name,
+                  len(compiled), ops)
         return _boxed(fused)
 
-
-_DECOMPS: Optional[dict] = None
-
-
-def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
-               scale=None, enable_gqa=False):
-    """scaled_dot_product_attention as its math form (matmuls and softmax), so that autograd
-    differentiates the math and the backward graph holds ops fxhlo supports (the fused CPU
-    attention kernels and their backward are not in the op table)."""
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        # as the fused kernels do: True keeps a position, False masks it out
-        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill(
-            attn_mask.logical_not(), float("-inf"))
-    return torch.ops.aten._scaled_dot_product_attention_math.default(
-        query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-        enable_gqa=enable_gqa)[0]
-
-
-class _AttentionAsMath:
-    """While aot_autograd traces, ``scaled_dot_product_attention`` runs as :func:`_sdpa_math`,
-    so autograd differentiates the math: calls in the Dynamo graph are retargeted, and the
-    module attribute ``torch.nn.functional.scaled_dot_product_attention`` is swapped for the
-    duration of the trace (it is what functions Dynamo keeps whole, such as
-    ``F.multi_head_attention_forward``, call)."""
-
-    def __init__(self, gm: torch.fx.GraphModule):
-        import torch.nn.functional as F
-        targets = {F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
-        changed = False
-        for n in gm.graph.nodes:
-            if n.op == "call_function" and n.target in targets:
-                n.target = _sdpa_math
-                changed = True
-        if changed:
-            gm.recompile()
-
-    def __enter__(self):
-        import torch.nn.functional as F
-        self.saved = F.scaled_dot_product_attention
-        F.scaled_dot_product_attention = _sdpa_math
-        return self
-
-    def __exit__(self, *exc):
-        import torch.nn.functional as F
-        F.scaled_dot_product_attention = self.saved
-        return False
+    def _count_steps(self, gs: GraphStats, compiled: list) -> None:
+        """Adds the steps of the graph's compiled programs to ``gs`` and warns once if some
+        run on the reference interpreter."""
+        for cg in compiled:
+            steps, fallbacks = cg.steps()
+            gs.steps += steps
+            gs.fallback_steps += len(fallbacks)
+            for _, _, reason in fallbacks:
+                r = short_reason(reason)
+                gs.fallback_reasons[r] = gs.fallback_reasons.get(r, 0) + 1
+        if gs.fallback_steps and self._first_time(gs, tuple(sorted(gs.fallback_reasons))):
+            reasons = sorted(gs.fallback_reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+            listed = "; ".join(f"{r} ({n} step{'s' if n > 1 else ''})" for r, n in reasons[:5])
+            if len(reasons) > 5:
+                listed += f"; and {len(reasons) - 5} more reason(s)"
+            warnings.warn(f"fxhlo: {gs.name}: {gs.fallback_steps} of {gs.steps} steps run on "
+                          f"the reference interpreter (slow, no fast kernel for them yet): "
+                          f"{listed}", FxhloInterpreterWarning, stacklevel=3)
 
 
-def _var_mean(x, dim=None, *, correction=None, keepdim=False):
-    """aten.var_mean.correction as aten.var.correction and aten.mean.dim (both in the op
-    table; torch's own decomposition of it goes to prims)."""
-    dims = list(range(x.dim())) if dim is None else dim
-    var = torch.ops.aten.var.correction(x, dims, correction=correction, keepdim=keepdim)
-    return var, torch.ops.aten.mean.dim(x, dims, keepdim)
+def _eager_groups(fused: torch.fx.GraphModule, support: _Support) -> int:
+    """Connected groups of the nodes that run in eager in a partitioned graph."""
+    eager = [n for n in fused.graph.nodes if n.op == "call_function"
+             and not (n.target is operator.getitem and isinstance(n.args[0], torch.fx.Node)
+                      and n.args[0].op == "call_module")
+             and support.why_not(n) is not None]
+    parent = {n: n for n in eager}
 
-
-def _core_aten_table() -> dict:
-    """The core ATen decomposition table without its CompositeImplicitAutograd entries.
-
-    ``core_aten_decompositions()`` (what ``run_decompositions()`` uses) is this table plus an
-    entry for every CompositeImplicitAutograd op of every namespace; building those entries
-    walks the whole dispatcher (~0.15 s on a first call).  They are not needed here:
-    aot_autograd's tracing decomposes a CompositeImplicitAutograd op with that same kernel
-    (or its Python ``py_impl``) whether or not the table names it, so the graphs are the same
-    (checked on the testdata models, torchvision resnet18 and GPT-2, inference and training)."""
-    try:
-        from torch._decomp import _core_aten_decompositions_post_autograd
-        return dict(_core_aten_decompositions_post_autograd())
-    except ImportError:  # another torch: the public table
-        from torch._decomp import core_aten_decompositions
-        return dict(core_aten_decompositions().items())
-
-
-def decompositions() -> dict:
-    """The decomposition table of the backend (built once per process): the core ATen table
-    (that of ``torch.export``'s ``run_decompositions()``, see :func:`_core_aten_table`) less
-    the ops fxhlo compiles natively (e.g. ``native_layer_norm_backward``,
-    ``embedding_dense_backward``, ``select_scatter``: fewer, larger nodes to trace and
-    compile), plus torch's registered decompositions of every other op outside fxhlo's op
-    table (e.g. training-mode batch norm and its backward), plus ``aten.var_mean`` as var and
-    mean."""
-    global _DECOMPS
-    if _DECOMPS is None:
-        from torch._decomp import decomposition_table
-        supported = set(_native.supported_ops())
-
-        def wanted(op) -> bool:
-            return not (isinstance(op, torch._ops.OpOverload) and _op_name(op) in supported)
-
-        table = {op: fn for op, fn in _core_aten_table().items() if wanted(op)}
-        for op, fn in decomposition_table.items():
-            if isinstance(op, torch._ops.OpOverload) and op not in table \
-                    and op.namespace == "aten" and wanted(op) \
-                    and getattr(fn, "__module__", "") == "torch._decomp.decompositions":
-                table[op] = fn
-        table[torch.ops.aten.var_mean.correction] = _var_mean
-        _DECOMPS = table
-    return _DECOMPS
+    def root(n):
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+    for n in eager:
+        for a in n.all_input_nodes:
+            if a in parent:
+                parent[root(a)] = root(n)
+    return len({root(n) for n in eager})
 
 
 def fxhlo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any],
@@ -354,20 +432,31 @@ def fxhlo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any],
 
     Options (all optional): ``opt_level`` (0-2, default 2), ``threads``, ``dump_dir``,
     ``cache`` (bool), ``cache_dir``, ``strict`` (raise instead of falling back to eager).
+    A bad option is an error; any other failure runs the graph in eager, with a warning,
+    unless ``strict``.
     """
     cfg, strict = parse_options(options)
     if kwargs.get("mode"):
         log.debug("fxhlo: mode=%r ignored", kwargs["mode"])
     session = Session(cfg, strict)
-    name = f"g{session.id}"
-    devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
-    if devices - {"cpu"}:
-        session.fallback(name, f"inputs on {sorted(devices - {'cpu'})}; fxhlo runs on the "
-                               f"CPU only, running the graph in eager")
+    try:
+        devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+        if devices - {"cpu"}:
+            gs = session.graph_stats(f"g{session.id}")
+            gs.eager_partitions = 1
+            session.fallback(gs, f"inputs on {sorted(devices - {'cpu'})}; fxhlo runs on the "
+                                 f"CPU only, running the graph in eager")
+            return gm.forward
+        if _is_dynamic(example_inputs):
+            return ShapeSpecializer(gm, example_inputs, session)
+        return _aot(gm, example_inputs, session)
+    except Exception as e:  # noqa: BLE001 - never a crash: this graph runs in eager
+        if strict:
+            raise
+        gs = session.graph_stats(f"g{session.id}")
+        gs.eager_partitions = 1
+        session.fallback(gs, f"cannot be traced to ATen ({_why(e)}); running it in eager")
         return gm.forward
-    if _is_dynamic(example_inputs):
-        return ShapeSpecializer(gm, example_inputs, session)
-    return _aot(gm, example_inputs, session)
 
 
 def _aot(gm, example_inputs, session: Session) -> Callable:
@@ -382,13 +471,14 @@ def _aot(gm, example_inputs, session: Session) -> Callable:
     from torch._dynamo.utils import counters
     from torch._functorch.aot_autograd import aot_module_simplified
 
+    table = table_for(gm)
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         from torch._dynamo.backends.common import aot_autograd
         backend = aot_autograd(fw_compiler=session.compiler("forward"),
                                bw_compiler=session.compiler("backward"),
                                inference_compiler=session.compiler("inference"),
-                               decompositions=decompositions)
-        with _AttentionAsMath(gm):
+                               decompositions=table)
+        with AttentionAsMath(gm):
             return backend(gm, example_inputs)
 
     bw = session.compiler("backward")
@@ -401,12 +491,12 @@ def _aot(gm, example_inputs, session: Session) -> Callable:
 
     bw_compiler._is_wrapped_bw_compiler = True
     counters["aot_autograd"]["total"] += 1
-    with _AttentionAsMath(gm):
+    with AttentionAsMath(gm):
         cg = aot_module_simplified(gm, example_inputs,
                                    fw_compiler=session.compiler("forward"),
                                    bw_compiler=bw_compiler,
                                    inference_compiler=session.compiler("inference"),
-                                   decompositions=decompositions())
+                                   decompositions=table)
     counters["aot_autograd"]["ok"] += 1
     return disable(cg, reason="do not trace AOT-compiled graph")
 
@@ -459,7 +549,8 @@ class ShapeSpecializer:
         except Exception as e:  # noqa: BLE001 - never a crash: run this shape in eager
             if self.session.strict:
                 raise
-            self.session.fallback(f"g{self.session.id}",
-                                  f"cannot specialize the dynamic graph ({type(e).__name__}: "
-                                  f"{e}); running it in eager")
+            gs = self.session.graph_stats(f"g{self.session.id}")
+            gs.eager_partitions = 1
+            self.session.fallback(gs, f"cannot specialize the dynamic graph ({_why(e)}); "
+                                      f"running it in eager")
             return self.gm.forward

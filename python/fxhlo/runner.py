@@ -36,8 +36,38 @@ log = logging.getLogger("fxhlo")
 
 
 @dataclass
+class GraphStats:
+    """What became of one graph the backend received (an aot_autograd forward, backward or
+    inference graph, or a Dynamo graph that ran in eager before reaching aot_autograd)."""
+
+    name: str
+    #: op nodes of the graph as received
+    nodes: int = 0
+    #: nodes computed from constants alone, evaluated once at compile time (see
+    #: :func:`fold_constants`)
+    folded: int = 0
+    #: parts compiled by fxhlo (1 when the whole graph is)
+    compiled_partitions: int = 0
+    #: parts run in eager: connected groups of unsupported nodes, parts that failed to
+    #: compile or to run, or the whole graph
+    eager_partitions: int = 0
+    #: unsupported ops run in eager, with their node counts
+    eager_ops: Dict[str, int] = field(default_factory=dict)
+    #: steps of the compiled programs, and how many of them run on the reference interpreter
+    steps: int = 0
+    fallback_steps: int = 0
+    #: the distinct reasons of those interpreter steps (short), with their step counts
+    fallback_reasons: Dict[str, int] = field(default_factory=dict)
+    #: why (part of) the graph runs in eager, when it does
+    eager_reasons: List[str] = field(default_factory=list)
+    #: calls of its compiled programs
+    runs: int = 0
+
+
+@dataclass
 class Stats:
-    """Process-wide counters of the backend (for tests and reports)."""
+    """Process-wide counters of the backend (for tests and reports); ``fxhlo.stats()``
+    returns them as a dict."""
 
     graphs_compiled: int = 0
     cache_hits: int = 0
@@ -47,10 +77,18 @@ class Stats:
     partitions: int = 0
     runs: int = 0
     events: List[str] = field(default_factory=list)
+    #: per graph, by name (``g0_forward``, ...)
+    graphs: Dict[str, GraphStats] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Zero every counter."""
         self.__init__()
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The counters as plain data: totals, plus ``graphs``: per graph, its steps,
+        interpreter steps, eager parts and their reasons."""
+        from dataclasses import asdict
+        return asdict(self)
 
 
 STATS = Stats()
@@ -159,13 +197,22 @@ class CompiledGraph:
         # [(arg index, torch dtype, shape)] in the program's input order
         self.in_plan: List[Tuple[int, torch.dtype, Tuple[int, ...]]] = in_plan
         # [(kind, x)]: ("compiled", k) | ("arg", i) | ("view", (node, placeholder index map))
-        # | ("const", value)
+        # | ("constant", tensor) | ("const", value)
         self.out_plan = out_plan
         self.out_specs = [] if native is None else [
             (DTYPES_BY_NAME[d], tuple(s)) for _, d, s in native.output_specs()]
         self.name = name
         # [(arg index, value)]: number inputs the graph was specialized to
         self.number_checks: List[Tuple[int, Any]] = []
+        #: the counters of the graph this program belongs to (runs are counted there)
+        self.stats: Optional[GraphStats] = None
+
+    def steps(self) -> Tuple[int, List[Tuple[str, int, str]]]:
+        """The program's step count and its steps on the reference interpreter:
+        ``(steps, [(step name, node count, reason)])``."""
+        if self.native is None:
+            return 0, []
+        return self.native.fallback_steps()
 
     def __call__(self, args: Sequence[Any]) -> List[Any]:
         if len(args) != self.n_args:
@@ -195,6 +242,8 @@ class CompiledGraph:
         if self.native is not None and (outs or ptrs):
             self.native.run_ptrs(ptrs, [o.data_ptr() for o in outs])
         STATS.runs += 1
+        if self.stats is not None:
+            self.stats.runs += 1
         del keep
         res = []
         for kind, x in self.out_plan:
@@ -204,6 +253,8 @@ class CompiledGraph:
                 res.append(args[x])
             elif kind == "view":
                 res.append(_eval_view(x[0], x[1], args))
+            elif kind == "constant":
+                res.append(x.clone())  # a fresh tensor per call, as eager computes it
             else:
                 res.append(x)
         return res
@@ -243,6 +294,8 @@ def compile_graph_module(gm: torch.fx.GraphModule, cfg: CompileConfig,
         if isinstance(o, torch.fx.Node):
             if o.op == "placeholder":
                 out_plan.append(("arg", ph_index[o]))
+            elif o.op == "get_attr":
+                out_plan.append(("constant", _attr(gm, o.target)))
             elif _is_input_alias(o, memo):
                 out_plan.append(("view", (o, ph_index)))
             else:
@@ -291,36 +344,6 @@ def compile_graph_module(gm: torch.fx.GraphModule, cfg: CompileConfig,
     return cg
 
 
-def _first_tensor_scalar_to_tensor(graph: torch.fx.Graph, n: torch.fx.Node) -> bool:
-    """``aten.sub.Tensor(1, x)``: a Python number where the schema's first argument is a
-    Tensor (aot_autograd writes such nodes in backward graphs) becomes a 0-dim
-    ``aten.scalar_tensor`` of the other operand's dtype; a wrapped number of the same or a lower
-    category does not change type promotion, so the result type is unchanged."""
-    schema = n.target._schema
-    if not n.args or not schema.arguments:
-        return False
-    a0 = schema.arguments[0]
-    v = n.args[0]
-    if not isinstance(a0.real_type, torch.TensorType) or isinstance(v, torch.fx.Node) \
-            or not isinstance(v, (int, float, bool)):
-        return False
-    other = next((a.meta.get("val") for a in n.all_input_nodes
-                  if isinstance(a.meta.get("val"), torch.Tensor)), None)
-    if other is None:
-        return False
-    if isinstance(v, float) and not other.is_floating_point():
-        dt = torch.get_default_dtype()
-    elif isinstance(v, int) and not isinstance(v, bool) and other.dtype == torch.bool:
-        dt = torch.int64
-    else:
-        dt = other.dtype
-    with graph.inserting_before(n):
-        s = graph.call_function(torch.ops.aten.scalar_tensor.default, (v,), {"dtype": dt})
-    s.meta["val"] = torch.empty((), dtype=dt, device="meta")
-    n.args = (s,) + tuple(n.args[1:])
-    return True
-
-
 def _full_conv_backward_mask(n: torch.fx.Node) -> bool:
     """``convolution_backward`` with a False in ``output_mask`` returns None there, which the
     IR cannot type: ask for every gradient (the extra ones are unused) and record their types."""
@@ -350,7 +373,11 @@ def _full_conv_backward_mask(n: torch.fx.Node) -> bool:
 
 def prepare_graph(gm: torch.fx.GraphModule) -> None:
     """Rewrites what aot_autograd writes but fxjson cannot say, in place: number inputs used as
-    arguments become the numbers (graphs are specialized to them), and see the helpers."""
+    arguments become the numbers (graphs are specialized to them); ``lift_fresh_copy`` of a
+    tensor constant (``torch.tensor(...)`` in the traced code) becomes ``clone``, the copy it
+    is; see :func:`_full_conv_backward_mask`.  (A Python number where the schema wants a
+    tensor, ``aten.sub.Tensor(1, x)``, is left to the fxjson reader, which makes it a 0-d
+    tensor as ATen's promotion of a wrapped number does.)"""
     changed = False
     for n in list(gm.graph.nodes):
         v = n.meta.get("val")
@@ -364,10 +391,109 @@ def prepare_graph(gm: torch.fx.GraphModule) -> None:
             continue
         if n.target is torch.ops.aten.convolution_backward.default:
             changed |= _full_conv_backward_mask(n)
-        else:
-            changed |= _first_tensor_scalar_to_tensor(gm.graph, n)
+        elif n.target is torch.ops.aten.lift_fresh_copy.default:
+            n.target = torch.ops.aten.clone.default
+            changed = True
     if changed:
         gm.recompile()
+
+
+def _attr(gm: torch.nn.Module, target: str) -> Any:
+    t = gm
+    for part in str(target).split("."):
+        t = getattr(t, part)
+    return t
+
+
+#: Most elements of a value :func:`fold_constants` evaluates (the constants it makes are
+#: compiled into the program and hashed into the cache key).
+FOLD_MAX_ELEMENTS = 1 << 20
+
+
+def _foldable(n: torch.fx.Node) -> bool:
+    """Whether ``n`` may be evaluated at compile time if its inputs are constants: a
+    functional ATen op that draws no random numbers (or a getitem), whose results are tensors
+    of at most :data:`FOLD_MAX_ELEMENTS` elements with static shapes."""
+    if n.op != "call_function":
+        return False
+    if n.target is not operator.getitem:
+        t = n.target
+        if not isinstance(t, torch._ops.OpOverload) or t._schema.is_mutable \
+                or torch.Tag.nondeterministic_seeded in t.tags \
+                or torch.Tag.nondeterministic_bitwise in t.tags:
+            return False
+    val = n.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    for v in vals:
+        if not isinstance(v, torch.Tensor) or not all(isinstance(d, int) for d in v.shape) \
+                or v.numel() > FOLD_MAX_ELEMENTS:
+            return False
+    return True
+
+
+def fold_constants(gm: torch.fx.GraphModule, unsupported) -> int:
+    """Evaluates, once, in torch, the values of ``gm`` that fxhlo cannot compile
+    (``unsupported(node)`` is true) and that are computed from constants alone: tensor
+    constants (``get_attr``), numbers and the ops' own arguments, with no graph input among
+    their transitive inputs (so never from parameters, which are graph inputs), by ops that
+    draw no random numbers, of at most :data:`FOLD_MAX_ELEMENTS` elements (``triu_indices``
+    of a DLRM interaction, index tensors built with ``arange``).  Each becomes a tensor
+    constant of the graph, so an op outside fxhlo's op table no longer splits it; the
+    supported ops around it stay (the Rust compiler folds those itself).  Returns the number
+    of nodes replaced; a node whose evaluation fails (or disagrees with its recorded type)
+    stays."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    graph = gm.graph
+    const: set = set()
+    for n in graph.nodes:
+        if n.op == "get_attr":
+            if isinstance(_attr(gm, n.target), torch.Tensor):
+                const.add(n)
+        elif _foldable(n) and all(a in const for a in n.all_input_nodes):
+            const.add(n)
+    targets = [n for n in graph.nodes if n in const and n.op == "call_function"
+               and isinstance(n.meta.get("val"), torch.Tensor) and unsupported(n)]
+    if not targets:
+        return 0
+    values: Dict[torch.fx.Node, Any] = {}
+
+    def value(n: torch.fx.Node) -> Any:
+        if n not in values:
+            if n.op == "get_attr":
+                values[n] = _attr(gm, n.target)
+            else:
+                args = torch.fx.node.map_arg(n.args, value)
+                kwargs = torch.fx.node.map_arg(n.kwargs, value)
+                values[n] = n.target(*args, **kwargs)
+        return values[n]
+
+    folded = 0
+    with unset_fake_temporarily(), torch.no_grad():
+        for n in targets:
+            try:
+                v = value(n)
+            except Exception as e:  # noqa: BLE001 - not folded; the node stays as it is
+                log.debug("fxhlo: %s not folded: %s: %s", n.name, type(e).__name__, e)
+                continue
+            want = n.meta["val"]
+            if not isinstance(v, torch.Tensor) or v.dtype != want.dtype \
+                    or tuple(v.shape) != tuple(want.shape):
+                continue
+            attr = f"_fxhlo_folded_{n.name}"
+            setattr(gm, attr, v.detach().contiguous())
+            with graph.inserting_before(n):
+                c = graph.get_attr(attr)
+            c.meta["val"] = want
+            n.replace_all_uses_with(c)
+            folded += 1
+    # the folded nodes, and the constant nodes only they read
+    for n in reversed(list(graph.nodes)):
+        if n in const and n.op in ("call_function", "get_attr") and not n.users:
+            graph.erase_node(n)
+    graph.lint()
+    gm.recompile()
+    return folded
 
 
 def graph_ops(gm: torch.fx.GraphModule) -> List[str]:

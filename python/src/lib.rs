@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
 
-use fxhlo_runtime::fast::{Artifact, ExecOptions, Executor, TensorSpec};
+use fxhlo_runtime::fast::{Artifact, ExecOptions, Executor, Kernel, TensorSpec};
 
 create_exception!(
     fxhlo,
@@ -224,6 +224,22 @@ impl Compiled {
     /// The executor's statistics (steps, kernels, memory plan), as text.
     fn stats(&self) -> String {
         self.exec.stats()
+    }
+
+    /// The program's step count and the steps it runs on the reference interpreter (no fast
+    /// kernel for them): `(steps, [(step name, node count, reason)])`.
+    fn fallback_steps(&self) -> (usize, Vec<(String, usize, String)>) {
+        let steps = &self.exec.artifact().header.program.steps;
+        let fallbacks = steps
+            .iter()
+            .filter_map(|s| match &s.kernel {
+                Kernel::Fallback { reason, .. } => {
+                    Some((s.name().to_string(), s.nodes.len(), reason.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        (steps.len(), fallbacks)
     }
 
     /// The optimized graph in the IR text form.

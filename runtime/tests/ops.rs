@@ -1172,6 +1172,23 @@ fn repeat_flip_diagonal_pads() {
         vec![("self", x().into()), ("padding", ints(&[1, 0, 0, 1]))],
     );
     assert_ints(&r, &[3, 3], &[1, 1, 2, 3, 3, 4, 3, 3, 4]);
+    // Negative pads crop (values from torch.nn.functional.pad(x, pad, mode="replicate")).
+    let row = || i64t(&[1, 1, 1, 5], &[0, 1, 2, 3, 4]);
+    for (pad, want) in [
+        ([-1, 2], &[1, 2, 3, 4, 4, 4][..]),
+        ([2, -1], &[0, 0, 0, 1, 2, 3]),
+        ([-2, -1], &[2, 3]),
+        ([-5, 1], &[4]),
+    ] {
+        let r = call1(
+            "aten.replication_pad2d.default",
+            vec![
+                ("self", row().into()),
+                ("padding", ints(&[pad[0], pad[1], 0, 0])),
+            ],
+        );
+        assert_ints(&r, &[1, 1, 1, want.len()], want);
+    }
     let e = call_err(
         "aten.reflection_pad1d.default",
         vec![

@@ -5,8 +5,10 @@ pub mod pt2;
 pub mod safetensors_io;
 
 use crate::arg::{Arg, ParamKind};
+use crate::dtype::DType;
 use crate::error::{IrError, Result};
 use crate::graph::{Graph, InputKind, Model, Node, NodeKind, ValueRef};
+use crate::infer::{promote_scalar, promote_tensors};
 use crate::ops::Op;
 use crate::types::TensorType;
 use std::collections::HashMap;
@@ -134,6 +136,10 @@ impl GraphBuilder {
         result_names: Vec<String>,
         declared: Option<Vec<TensorType>>,
     ) -> Result<()> {
+        let named = match Op::from_aten(target) {
+            Some(op) => self.wrap_scalars(name, op, named)?,
+            None => named,
+        };
         let index = self.graph.nodes.len();
         let err = |msg: String| IrError::Node {
             index,
@@ -186,6 +192,71 @@ impl GraphBuilder {
         }
         self.graph.nodes[index].results = results;
         self.define(&result_names, index)
+    }
+
+    /// Tensor arguments written as Python numbers that no scalar overload takes
+    /// (`aten.sub.Tensor(1, x)`, as `torch.export` writes `1 - x`) become 0-d
+    /// `aten.scalar_tensor` nodes, added before the node, whose dtype is the one ATen's
+    /// promotion of a wrapped number with the op's tensor operands gives: the node's result
+    /// type is unchanged.
+    fn wrap_scalars(
+        &mut self,
+        name: &str,
+        op: Op,
+        mut named: Vec<(String, Arg)>,
+    ) -> Result<Vec<(String, Arg)>> {
+        let info = op.info();
+        let is_tensor_param = |k: &str| {
+            info.params
+                .iter()
+                .any(|p| p.name == k && p.kind == ParamKind::Tensor)
+        };
+        let wrapped: Vec<usize> = (0..named.len())
+            .filter(|&i| {
+                let (k, a) = &named[i];
+                is_tensor_param(k)
+                    && matches!(a, Arg::Int(_) | Arg::Float(_) | Arg::Bool(_))
+                    && scalar_overload(op, k).is_none()
+            })
+            .collect();
+        if wrapped.is_empty() {
+            return Ok(named);
+        }
+        let tensors: Vec<TensorType> = named
+            .iter()
+            .filter_map(|(_, a)| match a {
+                Arg::Tensor(v) => Some(self.ty(*v).clone()),
+                _ => None,
+            })
+            .collect();
+        let tensor_refs: Vec<&TensorType> = tensors.iter().collect();
+        for i in wrapped {
+            let (param, value) = named[i].clone();
+            let category = match value {
+                Arg::Bool(_) => 0,
+                Arg::Int(_) => 1,
+                _ => 2,
+            };
+            let dtype = if tensor_refs.is_empty() {
+                [DType::Bool, DType::I64, DType::F32][category as usize]
+            } else {
+                promote_scalar(promote_tensors(&tensor_refs), Some(category))
+            };
+            let mut scalar_name = format!("{name}_{param}_scalar");
+            while self.names.contains_key(&scalar_name) {
+                scalar_name.push('_');
+            }
+            self.op(
+                &scalar_name,
+                Op::ScalarTensor.aten(),
+                vec![("s".into(), value), ("dtype".into(), Arg::DType(dtype))],
+                vec![scalar_name.clone()],
+                None,
+            )?;
+            let v = self.value(&scalar_name).expect("defined just above");
+            named[i].1 = Arg::Tensor(v);
+        }
+        Ok(named)
     }
 
     /// Finishes with the named outputs and verifies the graph.
@@ -264,7 +335,57 @@ fn scalar_overload(op: Op, param: &str) -> Option<Op> {
         return None;
     };
     let alt = Op::from_aten(&alt)?;
-    // The scalar overload must take a scalar in the same position.
-    alt.param_index(param)?;
-    Some(alt)
+    // The scalar overload must take a scalar in the same position (`aten.sub.Scalar` takes
+    // its scalar as `other`, so `aten.sub.Tensor(1, x)` has none).
+    let i = alt.param_index(param)?;
+    (alt.info().params[i].kind != ParamKind::Tensor).then_some(alt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One binary node `op(self=a, other=b)` on an input `x` of type `xty`, read from fxjson.
+    fn read_binary(op: &str, a: &str, b: &str, xty: &str, out: &str) -> Result<Graph> {
+        let json = format!(
+            r#"{{"format": "fxhlo-graph", "version": 1,
+              "inputs": [{{"name": "x", "kind": "user_input", "type": {xty}}}],
+              "nodes": [{{"name": "y", "op": "{op}", "args": {{"self": {a}, "other": {b}}},
+                          "results": [{{"name": "y", "type": {out}}}]}}],
+              "outputs": ["y"]}}"#
+        );
+        fxjson::read_fxjson_bytes(json.as_bytes(), Path::new("t.json")).map(|m| m.graph)
+    }
+
+    /// `aten.sub.Tensor(6, x)` (torch.export's `6 - x`; `aten.sub.Scalar` takes its scalar as
+    /// `other`) reads as a `scalar_tensor` of the dtype ATen's promotion gives, and the result
+    /// type declared by torch is the inferred one.
+    #[test]
+    fn a_scalar_where_the_schema_wants_a_tensor_becomes_a_scalar_tensor() {
+        let i64v = r#"{"dtype": "i64", "shape": [7]}"#;
+        let f32v = r#"{"dtype": "f32", "shape": [7]}"#;
+        let x = r#"{"tensor": "x"}"#;
+        for (scalar, xty, out, dtype) in [
+            (r#"{"int": 6}"#, i64v, i64v, DType::I64),
+            (r#"{"int": 3}"#, f32v, f32v, DType::F32),
+            (r#"{"float": 0.5}"#, i64v, f32v, DType::F32),
+        ] {
+            let g = read_binary("aten.sub.Tensor", scalar, x, xty, out).unwrap();
+            let text = crate::text::print_graph(&g);
+            assert!(text.contains("aten.scalar_tensor.default"), "{text}");
+            let s = g.value_names()["y_self_scalar"];
+            assert_eq!(g.ty(s).dtype, dtype, "{text}");
+            assert!(g.ty(s).shape.is_empty(), "{text}");
+        }
+        // A scalar that a scalar overload takes still switches overloads (no new node).
+        let g = read_binary("aten.sub.Tensor", x, r#"{"int": 2}"#, i64v, i64v).unwrap();
+        let text = crate::text::print_graph(&g);
+        assert!(
+            text.contains("aten.sub.Scalar") && !text.contains("scalar_tensor"),
+            "{text}"
+        );
+        // A declared result type that promotion contradicts is still an error.
+        let e = read_binary("aten.sub.Tensor", r#"{"float": 0.5}"#, x, i64v, i64v).unwrap_err();
+        assert!(e.to_string().contains("i64"), "{e}");
+    }
 }

@@ -874,6 +874,11 @@ fn reduction_chains(g: &Graph, plan: &FusionPlan) -> (BTreeMap<usize, Chain>, BT
 
 /// Pooling and gathers (single-node kernels), and view-like ops as elementwise copies.
 fn other_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
+    all_or_nothing(vals, |vals| other_steps_of(g, k, vals))
+}
+
+/// [`other_steps`], leaving the value table changed on an error.
+fn other_steps_of(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec<Step>, String> {
     let root = k.root;
     let op = g.nodes[root].op();
     use fxhlo_ir::Op;
@@ -910,6 +915,8 @@ fn other_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
                 .map_err(|e| format!("no fast kernel for this op yet ({e})"));
         }
     };
+    // Operands the kernel only recomputes (the positions `arange` of an embedding) are
+    // computed first by `materialize_unready`, from values already computed.
     node_step(g, root, (kernel, &operands, &results), vals).map(|s| vec![s])
 }
 

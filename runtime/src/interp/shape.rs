@@ -556,18 +556,14 @@ pub(crate) fn reflection_pad(cx: &Ctx) -> R<Tensor> {
     })
 }
 
-/// `replication_pad{2,3}d(self, padding)`: repeats the edge.
+/// `replication_pad{2,3}d(self, padding)`: repeats the edge; a negative pad crops (output
+/// index `o` reads input index `o - pad_before` clamped to the dimension, as ATen's kernel).
 pub(crate) fn replication_pad(cx: &Ctx) -> R<Tensor> {
     let x = cx.t("self")?;
     let pairs = pad_pairs(x.rank(), &cx.ints("padding")?)?;
     for (k, &(a, b)) in pairs.iter().enumerate() {
         if (a != 0 || b != 0) && x.shape[k] == 0 {
             return Err("cannot replication-pad an empty dimension".into());
-        }
-        if a < 0 || b < 0 {
-            return Err(format!(
-                "replication padding ({a}, {b}) must be non-negative"
-            ));
         }
     }
     let shape = x.shape.clone();
