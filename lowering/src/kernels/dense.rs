@@ -1193,7 +1193,8 @@ mod tests {
     }
 
     /// The index kernels' geometry from their nodes, and what they refuse (with the node
-    /// named): a 0-d input, two index tensors, an i32 index, a promoting `cumsum`.
+    /// named): a 0-d input, index tensors that are not adjacent, an i32 index, a promoting
+    /// `cumsum`.
     #[test]
     fn index_specs_and_refusals() {
         let text = r#"graph {
@@ -1211,9 +1212,10 @@ mod tests {
   %ix: f32[2, 5, 4] = aten.index.Tensor(%x, [none, %i])
   %a0: i64[] = aten.argmax.default(%s, dim=none)
   %i2: f32[5] = aten.index.Tensor(%x, [%i, %i, %i])
+  %in: f32[5, 3] = aten.index.Tensor(%x, [%i, none, %i])
   %im: f32[2, 3, 4] = aten.index.Tensor(%x, [%m])
   %cf: f32[2, 3, 4] = aten.cumsum.default(%xi, dim=0, dtype=f32)
-  return %am, %an, %mv, %mi, %cs, %g, %ix, %a0, %i2, %im, %cf
+  return %am, %an, %mv, %mi, %cs, %g, %ix, %a0, %i2, %in, %im, %cf
 }"#;
         let g = parse_graph(text).expect("graph parses");
         let at = |name: &str| g.nodes.iter().position(|n| n.name == name).unwrap();
@@ -1255,9 +1257,17 @@ mod tests {
             wrap: true,
         };
         assert_eq!(k("ix").unwrap().kernel, Kernel::Gather(rows));
+        let nd = GatherNdSpec {
+            outer: 1,
+            dims: vec![2, 3, 4],
+            inner: 1,
+            bshape: vec![5],
+            index_shapes: vec![vec![5]; 3],
+        };
+        assert_eq!(k("i2").unwrap().kernel, Kernel::GatherNd(nd));
         for (name, why) in [
             ("a0", "0-d"),
-            ("i2", "one index tensor"),
+            ("in", "adjacent"),
             ("im", "dtype i32"),
             ("cf", "sums i64 into f32"),
         ] {
