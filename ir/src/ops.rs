@@ -458,8 +458,8 @@ const COMPLEX: &str = "complex values: the IR has no complex dtype yet";
 const LINALG: &str = "matrix decomposition or solve: not implemented (StableHLO has only \
      cholesky and triangular_solve; XLA lowers the others to LAPACK custom calls)";
 const NOT_YET: &str = "not implemented yet";
-const RANDOM: &str = "random sampling beyond rand, randn, randperm and dropout: not \
-     implemented yet";
+const RANDOM: &str = "random sampling beyond rand, randn, randperm and dropout: not in the \
+     table (the torch.compile backend turns most into rand/randn, see fxhlo/extra_decomps.py)";
 
 impl Op {
     /// The table row of this op.
