@@ -121,6 +121,7 @@ ops! {
     Convolution = "aten.convolution.default" ["input" Tensor, "weight" Tensor, "bias" OptTensor, "stride" Ints, "padding" Ints, "dilation" Ints, "transposed" Bool, "output_padding" Ints, "groups" Int] -> 1, convolution;
     ConvolutionBackward = "aten.convolution_backward.default" ["grad_output" Tensor, "input" Tensor, "weight" Tensor, "bias_sizes" OptInts, "stride" Ints, "padding" Ints, "dilation" Ints, "transposed" Bool, "output_padding" Ints, "groups" Int, "output_mask" Bools] -> 3, convolution_backward;
     Copy = "aten.copy.default" ["self" Tensor, "src" Tensor, "non_blocking" Bool = D::Bool(false)] -> 1, same;
+    CopysignTensor = "aten.copysign.Tensor" ["self" Tensor, "other" Tensor] -> 1, binary_float;
     Cos = "aten.cos.default" ["self" Tensor] -> 1, float_unary;
     Cosh = "aten.cosh.default" ["self" Tensor] -> 1, float_unary;
     Cumprod = "aten.cumprod.default" ["self" Tensor, "dim" Int, "dtype" DType = D::None] -> 1, cumsum;
@@ -205,6 +206,7 @@ ops! {
     NativeLayerNormBackward = "aten.native_layer_norm_backward.default" ["grad_out" Tensor, "input" Tensor, "normalized_shape" Ints, "mean" Tensor, "rstd" Tensor, "weight" OptTensor, "bias" OptTensor, "output_mask" Bools] -> 3, layer_norm_backward;
     NeScalar = "aten.ne.Scalar" ["self" Tensor, "other" Scalar] -> 1, compare_scalar;
     NeTensor = "aten.ne.Tensor" ["self" Tensor, "other" Tensor] -> 1, compare;
+    Nextafter = "aten.nextafter.default" ["self" Tensor, "other" Tensor] -> 1, binary;
     Neg = "aten.neg.default" ["self" Tensor] -> 1, same;
     Permute = "aten.permute.default" ["self" Tensor, "dims" Ints] -> 1, permute;
     Polygamma = "aten.polygamma.default" ["n" Int, "self" Tensor] -> 1, float_unary;
@@ -239,6 +241,7 @@ ops! {
     SelectScatter = "aten.select_scatter.default" ["self" Tensor, "src" Tensor, "dim" Int, "index" Int] -> 1, same;
     Sigmoid = "aten.sigmoid.default" ["self" Tensor] -> 1, float_unary;
     Sign = "aten.sign.default" ["self" Tensor] -> 1, same;
+    Signbit = "aten.signbit.default" ["self" Tensor] -> 1, bool_unary;
     Sin = "aten.sin.default" ["self" Tensor] -> 1, float_unary;
     Sinh = "aten.sinh.default" ["self" Tensor] -> 1, float_unary;
     SliceTensor = "aten.slice.Tensor" ["self" Tensor, "dim" Int = D::Int(0), "start" OptInt = D::None, "end" OptInt = D::None, "step" Int = D::Int(1)] -> 1, slice;
@@ -431,9 +434,6 @@ pub static MISSING: &[(&str, &str)] = &[
     ("aten.cummax.default", NOT_YET),
     ("aten.cummin.default", NOT_YET),
     ("aten.logcumsumexp.default", NOT_YET),
-    ("aten.copysign.Tensor", NOT_YET),
-    ("aten.nextafter.default", NOT_YET),
-    ("aten.signbit.default", NOT_YET),
     ("aten.frexp.Tensor", NOT_YET),
     ("aten.diagonal_scatter.default", NOT_YET),
     ("aten.as_strided_scatter.default", NOT_YET),

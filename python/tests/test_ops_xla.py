@@ -598,6 +598,12 @@ case("searchsorted", "aten.searchsorted.Tensor",
 case("searchsorted sorter", "aten.searchsorted.Tensor",
      lambda s, x: torch.searchsorted(s, x, side="right", sorter=torch.argsort(s)),
      [((6,), (5,)), ((3, 4), (3, 2))], ("small", "small"), dtypes=(F32, I64))
+case("copysign.Tensor", "aten.copysign.Tensor", torch.copysign, B2, ("special", "special"),
+     dtypes=(F32, BF16, F16, I64))
+case("signbit", "aten.signbit.default", lambda x: (torch.signbit(x), torch.signbit(-x)), S2,
+     ("special",))
+case("nextafter", "aten.nextafter.default", lambda a, b: torch.nextafter(a, b),
+     [((3, 4), (3, 4)), ((2, 1, 4), (3, 1))], ("any", "any"), dtypes=(F32,), tol={"float32": (0, 0)})
 
 # ---------------------------------------------------------------- special functions
 # (XLA's own expansions: chlo.lgamma/digamma/polygamma/zeta/erf_inv/erfc/bessel_i1e; i0e as

@@ -357,6 +357,14 @@ for poly in ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_poly
              "shifted_chebyshev_polynomial_w"]:
     case(f"poly_{poly}", f"aten.special_{poly}.default", {"x": X([12], px), "n": X([12], pn)},
          tol=1e-12)
+cs_a = [1.5, -2.0, 0.0, -0.0, float("inf"), float("nan"), 3.0, -1.0]
+cs_b = [-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, float("-inf"), 0.0]
+case("copysign", "aten.copysign.Tensor", {"self": X([8], cs_a), "other": X([8], cs_b)})
+case("signbit", "aten.signbit.default", {"self": X([8], cs_b)})
+case("signbit_int", "aten.signbit.default", {"self": X([4], [-3, 0, 5, -1], I64)})
+na = [1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, float("inf"), 3.0, 65504.0, 0.0]
+nb = [2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, float("inf"), -1.0]
+case("nextafter", "aten.nextafter.default", {"self": X([10], na), "other": X([10], nb)}, tol=0.0)
 
 # Every all-float64 case again in float32, float16 and bfloat16 (torch's own low-precision
 # kernels; the interpreter computes in f64 and rounds once, so tolerances grow with the dtype).

@@ -650,6 +650,9 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         | Op::SpecialLogNdtr
         | Op::SpecialErfcx => one(special::unary(cx, op)),
         Op::SpecialZeta | Op::Igamma | Op::Igammac => one(special::binary(cx, op)),
+        Op::CopysignTensor => one(special::copysign(cx)),
+        Op::Signbit => one(special::signbit(cx)),
+        Op::Nextafter => one(special::nextafter(cx)),
         Op::SpecialChebyshevPolynomialT
         | Op::SpecialChebyshevPolynomialU
         | Op::SpecialChebyshevPolynomialV

@@ -194,3 +194,62 @@ pub(crate) fn binary(cx: &mut Cx, op: Op) -> R<V> {
     };
     Ok(em.convert(&r, od))
 }
+
+/// The sign bit of floats (`-0.0` and negative NaN included) through their bits; `x < 0` for
+/// integers.
+fn sign_bit(em: &mut Em, x: &V) -> V {
+    use fxhlo_ir::DType;
+    let bits = match x.dtype {
+        DType::F64 => Some(DType::I64),
+        DType::F32 => Some(DType::I32),
+        DType::F16 | DType::BF16 => Some(DType::I16),
+        _ => None,
+    };
+    match (bits, x.dtype) {
+        (Some(b), _) => {
+            let i = em.bitcast(x, b);
+            let z = em.splat_like(&i, Num::I(0));
+            em.compare("LT", &i, &z)
+        }
+        (None, DType::Bool | DType::U8) => em.splat(DType::Bool, &x.shape, Num::B(false)),
+        _ => {
+            let z = em.splat_like(x, Num::I(0));
+            em.compare("LT", x, &z)
+        }
+    }
+}
+
+/// `signbit(self)`.
+pub(crate) fn signbit(cx: &mut Cx) -> R<V> {
+    let x = cx.t("self")?;
+    Ok(sign_bit(cx.em, &x))
+}
+
+/// `copysign(self, other)`: `|self|` with the sign bit of `other`, in the result dtype.
+pub(crate) fn copysign(cx: &mut Cx) -> R<V> {
+    let (a, b) = (cx.t("self")?, cx.t("other")?);
+    let od = cx.out_dtype(0);
+    let shape = cx.out_shape(0)?;
+    let em = &mut *cx.em;
+    let a = em.convert(&a, od);
+    let a = em.bcast_to(&a, &shape);
+    let b = em.convert(&b, od);
+    let b = em.bcast_to(&b, &shape);
+    let m = em.unary("abs", &a);
+    let n = em.unary("negate", &m);
+    let s = sign_bit(em, &b);
+    Ok(em.select(&s, &n, &m))
+}
+
+/// `nextafter(self, other)`: `chlo.next_after` in the result dtype.
+pub(crate) fn nextafter(cx: &mut Cx) -> R<V> {
+    let (a, b) = (cx.t("self")?, cx.t("other")?);
+    let od = cx.out_dtype(0);
+    let shape = cx.out_shape(0)?;
+    let em = &mut *cx.em;
+    let a = em.convert(&a, od);
+    let a = em.bcast_to(&a, &shape);
+    let b = em.convert(&b, od);
+    let b = em.bcast_to(&b, &shape);
+    Ok(chlo2(em, "next_after", &a, &b))
+}

@@ -239,6 +239,17 @@ pub(crate) fn hardtanh(cx: &Ctx) -> R<Tensor> {
     clamp_scalars(cx, cx.t("self")?, lo, hi)
 }
 
+/// `signbit`: the sign bit of floats (set for -0.0 and negative NaN), `x < 0` for integers.
+pub(crate) fn signbit(cx: &Ctx) -> R<Tensor> {
+    let x = cx.t("self")?;
+    let v = match &x.data {
+        Data::F(v) => v.iter().map(|a| a.is_sign_negative()).collect(),
+        Data::I(v) => v.iter().map(|&a| a < 0).collect(),
+        Data::B(v) => vec![false; v.len()],
+    };
+    Ok(Tensor::from_bools(DType::Bool, x.shape.clone(), v))
+}
+
 /// `isinf`.
 pub(crate) fn isinf(cx: &Ctx) -> R<Tensor> {
     let x = cx.t("self")?;

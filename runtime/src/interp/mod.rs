@@ -818,6 +818,15 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::SpecialScaledModifiedBesselK1 => one(ew::float_unary(cx, |x| special::kne(1, x))),
         Op::SpecialSphericalBesselJ0 => one(ew::float_unary(cx, special::spherical_bessel_j0)),
         Op::SpecialZeta => one(ew::float_binary(cx, special::zeta)),
+        Op::CopysignTensor => one(ew::float_binary(cx, f64::copysign)),
+        Op::Signbit => one(ew::signbit(cx)),
+        Op::Nextafter => {
+            let d = cx.out_dtype();
+            if !d.is_float() {
+                return Err(format!("nextafter needs floating operands, found {d}"));
+            }
+            one(ew::float_binary(cx, |a, b| special::nextafter(d, a, b)))
+        }
         Op::SpecialChebyshevPolynomialT => one(ew::float_binary(cx, |x, n| {
             special::polynomial(Poly::ChebyshevT, x, n)
         })),

@@ -387,6 +387,44 @@ pub(crate) fn igamma(a: f64, x: f64, upper: bool) -> f64 {
     }
 }
 
+/// `nextafter(a, b)` in dtype `d`: the next representable value of `d` after `a` toward `b`.
+pub(crate) fn nextafter(d: fxhlo_ir::DType, a: f64, b: f64) -> f64 {
+    use fxhlo_ir::DType;
+    if a.is_nan() || b.is_nan() {
+        return f64::NAN;
+    }
+    if a == b {
+        return b;
+    }
+    match d {
+        DType::F32 => libm::nextafterf(a as f32, b as f32) as f64,
+        DType::F16 | DType::BF16 => {
+            // step the 16-bit pattern: away from zero grows the magnitude
+            let bits = |x: f64| -> u16 {
+                if d == DType::F16 {
+                    half::f16::from_f64(x).to_bits()
+                } else {
+                    half::bf16::from_f64(x).to_bits()
+                }
+            };
+            let from = |u: u16| -> f64 {
+                if d == DType::F16 {
+                    half::f16::from_bits(u).to_f64()
+                } else {
+                    half::bf16::from_bits(u).to_f64()
+                }
+            };
+            if a == 0.0 {
+                return from(1).copysign(b);
+            }
+            let u = bits(a);
+            let away = (b > a) == (a > 0.0);
+            from(if away { u + 1 } else { u - 1 })
+        }
+        _ => libm::nextafter(a, b),
+    }
+}
+
 /// The orthogonal polynomial families of `special_*_polynomial_*(x, n)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Poly {

@@ -2875,6 +2875,60 @@ pub fn cases() -> Vec<Case> {
             tol: 1e-12,
         },
         Case {
+            name: "copysign",
+            target: "aten.copysign.Tensor",
+            inputs: vec![
+                ("self", DType::F64, vec![8], 0, Some(vec![1.5, -2.0, 0.0, -0.0, f64::INFINITY, f64::NAN, 3.0, -1.0])),
+                ("other", DType::F64, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![8], vec![-1.5, 2.0, -0.0, 0.0, f64::NEG_INFINITY, f64::NAN, -3.0, 1.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "signbit",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::F64, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![8], vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "signbit_int",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::I64, vec![4], 0, Some(vec![-3.0, 0.0, 5.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![4], vec![1.0, 0.0, 0.0, 1.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "nextafter",
+            target: "aten.nextafter.default",
+            inputs: vec![
+                ("self", DType::F64, vec![10], 0, Some(vec![1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, f64::INFINITY, 3.0, 65504.0, 0.0])),
+                ("other", DType::F64, vec![10], 0, Some(vec![2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, f64::INFINITY, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![10], vec![1.0000000000000002, 0.9999999999999999, 5e-324, -5e-324, 9.999999999999999e-301, -2.5000000000000004, 1.7976931348623157e+308, 3.0, 65504.00000000001, -5e-324]),
+            ],
+            tol: 0.0,
+        },
+        Case {
             name: "conv2d_stride_pad_groups_f32",
             target: "aten.convolution.default",
             inputs: vec![
@@ -8974,6 +9028,129 @@ pub fn cases() -> Vec<Case> {
                 (DType::F32, vec![12], vec![-169.0, 9.0, -1.0, -1.1600000858306885, -34791.703125, 71.0, 8721.0, 22.47897720336914, f64::NAN, 0.0, -1.5325359754569945e-06, -35286.94921875]),
             ],
             tol: 2e-05,
+        },
+        Case {
+            name: "copysign_f32",
+            target: "aten.copysign.Tensor",
+            inputs: vec![
+                ("self", DType::F32, vec![8], 0, Some(vec![1.5, -2.0, 0.0, -0.0, f64::INFINITY, f64::NAN, 3.0, -1.0])),
+                ("other", DType::F32, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![8], vec![-1.5, 2.0, -0.0, 0.0, f64::NEG_INFINITY, f64::NAN, -3.0, 1.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "copysign_f16",
+            target: "aten.copysign.Tensor",
+            inputs: vec![
+                ("self", DType::F16, vec![8], 0, Some(vec![1.5, -2.0, 0.0, -0.0, f64::INFINITY, f64::NAN, 3.0, -1.0])),
+                ("other", DType::F16, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![8], vec![-1.5, 2.0, -0.0, 0.0, f64::NEG_INFINITY, f64::NAN, -3.0, 1.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "copysign_bf16",
+            target: "aten.copysign.Tensor",
+            inputs: vec![
+                ("self", DType::BF16, vec![8], 0, Some(vec![1.5, -2.0, 0.0, -0.0, f64::INFINITY, f64::NAN, 3.0, -1.0])),
+                ("other", DType::BF16, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![8], vec![-1.5, 2.0, -0.0, 0.0, f64::NEG_INFINITY, f64::NAN, -3.0, 1.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "signbit_f32",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::F32, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![8], vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "signbit_f16",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::F16, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![8], vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "signbit_bf16",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![8], vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "nextafter_f32",
+            target: "aten.nextafter.default",
+            inputs: vec![
+                ("self", DType::F32, vec![10], 0, Some(vec![1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, f64::INFINITY, 3.0, 65504.0, 0.0])),
+                ("other", DType::F32, vec![10], 0, Some(vec![2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, f64::INFINITY, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![10], vec![1.0000001192092896, 0.9999999403953552, 1.401298464324817e-45, -1.401298464324817e-45, 0.0, -2.500000238418579, 3.4028234663852886e+38, 3.0, 65504.00390625, -1.401298464324817e-45]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "nextafter_f16",
+            target: "aten.nextafter.default",
+            inputs: vec![
+                ("self", DType::F16, vec![10], 0, Some(vec![1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, f64::INFINITY, 3.0, 65504.0, 0.0])),
+                ("other", DType::F16, vec![10], 0, Some(vec![2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, f64::INFINITY, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![10], vec![1.0009765625, 0.99951171875, 5.960464477539063e-08, -5.960464477539063e-08, 0.0, -2.501953125, 65504.0, 3.0, f64::INFINITY, -5.960464477539063e-08]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "nextafter_bf16",
+            target: "aten.nextafter.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![10], 0, Some(vec![1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, f64::INFINITY, 3.0, 65504.0, 0.0])),
+                ("other", DType::BF16, vec![10], 0, Some(vec![2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, f64::INFINITY, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![10], vec![1.0078125, 0.99609375, 9.183549615799121e-41, -9.183549615799121e-41, 0.0, -2.515625, 3.3895313892515355e+38, 3.0, 66048.0, -9.183549615799121e-41]),
+            ],
+            tol: 0.04,
         },
     ]
 }
