@@ -630,6 +630,13 @@ pub fn reduce_values_indices(cx: &InferCx) -> R<Vec<TensorType>> {
     Ok(vec![tt(t.dtype, shape.clone()), tt(DType::I64, shape)])
 }
 
+/// `cummax`/`cummin(self, dim)`: running values and their i64 indices.
+pub fn cumulative_values_indices(cx: &InferCx) -> R<Vec<TensorType>> {
+    let t = cx.t("self")?;
+    norm_dim(cx.int("dim")?, t.rank())?;
+    Ok(vec![t.clone(), t.with_dtype(DType::I64)])
+}
+
 /// `cumsum`: integer inputs accumulate in i64.
 pub fn cumsum(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;

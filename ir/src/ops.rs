@@ -124,6 +124,8 @@ ops! {
     CopysignTensor = "aten.copysign.Tensor" ["self" Tensor, "other" Tensor] -> 1, binary_float;
     Cos = "aten.cos.default" ["self" Tensor] -> 1, float_unary;
     Cosh = "aten.cosh.default" ["self" Tensor] -> 1, float_unary;
+    Cummax = "aten.cummax.default" ["self" Tensor, "dim" Int] -> 2, cumulative_values_indices;
+    Cummin = "aten.cummin.default" ["self" Tensor, "dim" Int] -> 2, cumulative_values_indices;
     Cumprod = "aten.cumprod.default" ["self" Tensor, "dim" Int, "dtype" DType = D::None] -> 1, cumsum;
     Cumsum = "aten.cumsum.default" ["self" Tensor, "dim" Int, "dtype" DType = D::None] -> 1, cumsum;
     Diagonal = "aten.diagonal.default" ["self" Tensor, "offset" Int = D::Int(0), "dim1" Int = D::Int(0), "dim2" Int = D::Int(1)] -> 1, diagonal;
@@ -431,8 +433,6 @@ pub static MISSING: &[(&str, &str)] = &[
     ("aten.nanmedian.default", NOT_YET),
     ("aten.kthvalue.default", NOT_YET),
     ("aten.mode.default", NOT_YET),
-    ("aten.cummax.default", NOT_YET),
-    ("aten.cummin.default", NOT_YET),
     ("aten.logcumsumexp.default", NOT_YET),
     ("aten.frexp.Tensor", NOT_YET),
     ("aten.diagonal_scatter.default", NOT_YET),

@@ -604,6 +604,12 @@ case("signbit", "aten.signbit.default", lambda x: (torch.signbit(x), torch.signb
      ("special",))
 case("nextafter", "aten.nextafter.default", lambda a, b: torch.nextafter(a, b),
      [((3, 4), (3, 4)), ((2, 1, 4), (3, 1))], ("any", "any"), dtypes=(F32,), tol={"float32": (0, 0)})
+case("cummax/cummin", ["aten.cummax.default", "aten.cummin.default"],
+     lambda x: (torch.cummax(x, 1), torch.cummin(x, -1), torch.cummax(x, 0)),
+     [((3, 7),), ((2, 5, 0),)], ("small",), dtypes=(F32, BF16, F16, I64, I32))
+case("cummax nan", ["aten.cummax.default", "aten.cummin.default"],
+     lambda x: (torch.cummax(x, -1), torch.cummin(x, 0)), [((4, 9),), ((12,),)], ("special",),
+     dtypes=(F32,))
 
 # ---------------------------------------------------------------- special functions
 # (XLA's own expansions: chlo.lgamma/digamma/polygamma/zeta/erf_inv/erfc/bessel_i1e; i0e as

@@ -365,6 +365,11 @@ case("signbit_int", "aten.signbit.default", {"self": X([4], [-3, 0, 5, -1], I64)
 na = [1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, float("inf"), 3.0, 65504.0, 0.0]
 nb = [2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, float("inf"), -1.0]
 case("nextafter", "aten.nextafter.default", {"self": X([10], na), "other": X([10], nb)}, tol=0.0)
+cm_vals = [1.0, 3.0, 3.0, float("nan"), 2.0, float("nan"), 5.0, -1.0, -1.0, 0.0, 4.0, 4.0]
+for op in ("cummax", "cummin"):
+    case(f"{op}_nan_ties", f"aten.{op}.default", {"self": X([2, 6], cm_vals)}, dict(dim=1))
+    case(f"{op}_dim0", f"aten.{op}.default", {"self": X([4, 3], 106)}, dict(dim=0))
+    case(f"{op}_int", f"aten.{op}.default", {"self": X([7], [2, 1, 2, 5, -3, 5, 0], I64)}, dict(dim=0))
 
 # Every all-float64 case again in float32, float16 and bfloat16 (torch's own low-precision
 # kernels; the interpreter computes in f64 and rounds once, so tolerances grow with the dtype).

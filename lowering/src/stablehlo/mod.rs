@@ -691,6 +691,8 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         Op::VarCorrection | Op::VarDim => one(reduce::var(cx)),
         Op::Cumsum => one(reduce::cumsum(cx)),
         Op::Cumprod => one(reduce::cumprod(cx)),
+        Op::Cummax => reduce::cumulative_extremum(cx, true),
+        Op::Cummin => reduce::cumulative_extremum(cx, false),
         Op::Histc => one(reduce::histc(cx)),
         // ---------------------------------------------------------------- shapes
         Op::View => one(shape::view(cx)),

@@ -275,6 +275,66 @@ pub(crate) fn cumprod(cx: &mut Cx) -> R<V> {
     Ok(prefix_scan(em, &xc, d, true))
 }
 
+/// `cummax`/`cummin(self, dim)` (`max`): a prefix `reduce_window` over (value, index) pairs
+/// keeping the larger (smaller) value, NaN before anything, and on ties the later index; that
+/// order is total, so the combination is associative and commutative as XLA needs, and it
+/// gives ATen's sequential result.
+pub(crate) fn cumulative_extremum(cx: &mut Cx, max: bool) -> R<Vec<V>> {
+    let x = cx.t("self")?;
+    let dim_arg = cx.int("dim");
+    let em = &mut *cx.em;
+    if x.rank() == 0 {
+        let z = em.scalar(DType::I64, Num::I(0));
+        return Ok(vec![x, z]);
+    }
+    let d = norm_dim(dim_arg?, x.rank())?;
+    let r = x.rank();
+    let n = x.shape[d];
+    let idx = em.iota(DType::I64, &x.shape, d);
+    let mut window = vec![1; r];
+    window[d] = n.max(1);
+    let mut pad = vec![(0, 0); r];
+    pad[d] = ((n - 1).max(0), 0);
+    let ones = vec![1; r];
+    let init_v = em.scalar(x.dtype, init_max(x.dtype, max));
+    let init_i = em.scalar(DType::I64, Num::I(-1));
+    let float = x.dtype.is_float();
+    let out = em.reduce_window(
+        &[x.clone(), idx],
+        &[init_v, init_i],
+        &window,
+        &ones,
+        &ones,
+        &pad,
+        |em, a, b| {
+            let (av, ai, bv, bi) = (&a[0], &a[1], &b[0], &b[1]);
+            let later = em.compare("GT", bi, ai);
+            let eq = em.compare("EQ", bv, av);
+            let better = em.compare(if max { "GT" } else { "LT" }, bv, av);
+            let tie = em.binary("and", &eq, &later);
+            let mut take = em.binary("or", &better, &tie);
+            if float {
+                let an = em.compare("NE", av, av);
+                let bn = em.compare("NE", bv, bv);
+                // both NaN: the later; b NaN only: b; a NaN only: a
+                let both = em.binary("and", &an, &bn);
+                let both_later = em.binary("and", &both, &later);
+                let a_num = em.unary("not", &an);
+                let b_nan_only = em.binary("and", &bn, &a_num);
+                let b_num = em.unary("not", &bn);
+                let nums = em.binary("and", &a_num, &b_num);
+                let num_take = em.binary("and", &nums, &take);
+                let t = em.binary("or", &both_later, &b_nan_only);
+                take = em.binary("or", &t, &num_take);
+            }
+            let v = em.select(&take, bv, av);
+            let i = em.select(&take, bi, ai);
+            vec![v, i]
+        },
+    );
+    Ok(out)
+}
+
 /// `histc(self, bins, min, max)`: the bin of each element is the number of edges at or below it
 /// less one (the edges computed in the input dtype as ATen's `linspace` does; the last bin
 /// includes its right edge); elements outside `[min, max]` and NaN count nowhere. Where `min ==

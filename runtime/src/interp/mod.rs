@@ -676,6 +676,8 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::Copy => one(shape::copy(cx)),
         Op::Cos => one(ew::float_unary(cx, f64::cos)),
         Op::Cosh => one(ew::float_unary(cx, f64::cosh)),
+        Op::Cummax => reduce::cumulative_extremum(cx, true),
+        Op::Cummin => reduce::cumulative_extremum(cx, false),
         Op::Cumprod => one(reduce::cumulative(cx, true)),
         Op::Cumsum => one(reduce::cumulative(cx, false)),
         Op::Diagonal => one(shape::diagonal(cx)),

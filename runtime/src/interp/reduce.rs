@@ -291,6 +291,46 @@ pub(crate) fn cumulative(cx: &Ctx, prod: bool) -> R<Tensor> {
     }
 }
 
+/// `cummax`/`cummin(self, dim)` (`max`): the running extremum and the index it came from; as
+/// ATen, an element equal to the running one takes its place (the later index), and NaN takes
+/// the place of anything (a later NaN too).
+pub(crate) fn cumulative_extremum(cx: &Ctx, max: bool) -> R<Vec<Tensor>> {
+    let x = cx.t("self")?;
+    let dim = norm_dim(cx.int("dim")?, x.rank())?;
+    let (outer, len, inner) = lanes(&x.shape, dim);
+    let at = |o: usize, i: usize, n: usize| (o * len + i) * inner + n;
+    let v = x.f64s();
+    let ints = x.i64s();
+    let float = x.dtype.is_float();
+    let mut src = vec![0usize; v.len()];
+    let mut ind = vec![0i64; v.len()];
+    for o in 0..outer {
+        for n in 0..inner {
+            let mut best = 0;
+            for i in 0..len {
+                let (e, b) = (at(o, i, n), at(o, best, n));
+                let take = if float {
+                    let (xe, xb) = (v[e], v[b]);
+                    xe.is_nan() || (!xb.is_nan() && if max { xe >= xb } else { xe <= xb })
+                } else if max {
+                    ints[e] >= ints[b]
+                } else {
+                    ints[e] <= ints[b]
+                };
+                if i == 0 || take {
+                    best = i;
+                }
+                src[e] = at(o, best, n);
+                ind[e] = best as i64;
+            }
+        }
+    }
+    Ok(vec![
+        x.take(x.shape.clone(), &src),
+        Tensor::from_i64s(DType::I64, x.shape.clone(), ind),
+    ])
+}
+
 /// The `bins + 1` edges of `histc` as ATen's `linspace` computes them in dtype `d`: the first
 /// half counted up from `lo`, the second down from `hi`, each step rounded to `d`.
 pub(crate) fn histc_edges(d: DType, lo: f64, hi: f64, bins: usize) -> Vec<f64> {

@@ -2929,6 +2929,96 @@ pub fn cases() -> Vec<Case> {
             tol: 0.0,
         },
         Case {
+            name: "cummax_nan_ties",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F64, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![2, 6], vec![1.0, 3.0, 3.0, f64::NAN, f64::NAN, f64::NAN, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummax_dim0",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F64, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![4, 3], vec![1.0, -0.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummax_int",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::I64, vec![7], 0, Some(vec![2.0, 1.0, 2.0, 5.0, -3.0, 5.0, 0.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![7], vec![2.0, 2.0, 2.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![7], vec![0.0, 0.0, 2.0, 3.0, 3.0, 5.0, 5.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummin_nan_ties",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F64, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![2, 6], vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN, 5.0, -1.0, -1.0, -1.0, -1.0, -1.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummin_dim0",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F64, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![4, 3], vec![1.0, -0.5, 1.25, -0.25, -0.5, 0.0, -1.5, -0.5, -1.25, -1.5, -1.0, -1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 2.0, 2.0, 3.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummin_int",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::I64, vec![7], 0, Some(vec![2.0, 1.0, 2.0, 5.0, -3.0, 5.0, 0.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![7], vec![2.0, 1.0, 1.0, 1.0, -3.0, -3.0, -3.0]),
+                (DType::I64, vec![7], vec![0.0, 1.0, 1.0, 1.0, 4.0, 4.0, 4.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
             name: "conv2d_stride_pad_groups_f32",
             target: "aten.convolution.default",
             inputs: vec![
@@ -9149,6 +9239,186 @@ pub fn cases() -> Vec<Case> {
             ],
             outputs: vec![
                 (DType::BF16, vec![10], vec![1.0078125, 0.99609375, 9.183549615799121e-41, -9.183549615799121e-41, 0.0, -2.515625, 3.3895313892515355e+38, 3.0, 66048.0, -9.183549615799121e-41]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cummax_nan_ties_f32",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F32, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![2, 6], vec![1.0, 3.0, 3.0, f64::NAN, f64::NAN, f64::NAN, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cummax_nan_ties_f16",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F16, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![2, 6], vec![1.0, 3.0, 3.0, f64::NAN, f64::NAN, f64::NAN, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cummax_nan_ties_bf16",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![2, 6], vec![1.0, 3.0, 3.0, f64::NAN, f64::NAN, f64::NAN, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cummax_dim0_f32",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F32, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![4, 3], vec![1.0, -0.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cummax_dim0_f16",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F16, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![4, 3], vec![1.0, -0.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cummax_dim0_bf16",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![4, 3], vec![1.0, -0.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cummin_nan_ties_f32",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F32, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![2, 6], vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN, 5.0, -1.0, -1.0, -1.0, -1.0, -1.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cummin_nan_ties_f16",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F16, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![2, 6], vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN, 5.0, -1.0, -1.0, -1.0, -1.0, -1.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cummin_nan_ties_bf16",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![2, 6], vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN, 5.0, -1.0, -1.0, -1.0, -1.0, -1.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cummin_dim0_f32",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F32, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![4, 3], vec![1.0, -0.5, 1.25, -0.25, -0.5, 0.0, -1.5, -0.5, -1.25, -1.5, -1.0, -1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 2.0, 2.0, 3.0, 2.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cummin_dim0_f16",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F16, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![4, 3], vec![1.0, -0.5, 1.25, -0.25, -0.5, 0.0, -1.5, -0.5, -1.25, -1.5, -1.0, -1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 2.0, 2.0, 3.0, 2.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cummin_dim0_bf16",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![4, 3], vec![1.0, -0.5, 1.25, -0.25, -0.5, 0.0, -1.5, -0.5, -1.25, -1.5, -1.0, -1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 2.0, 2.0, 3.0, 2.0]),
             ],
             tol: 0.04,
         },
