@@ -1,6 +1,7 @@
 //! Generates `docs/ops.md`: op-table coverage of the core ATen overloads, from the table itself.
 
-use fxhlo_ir::ops::NOT_IN_TABLE;
+use fxhlo_ir::ops::NO_STABLEHLO;
+use fxhlo_ir::ops::{MISSING, NOT_IN_TABLE};
 use fxhlo_ir::{Op, OPS};
 use std::fmt::Write;
 
@@ -64,6 +65,25 @@ pub fn ops_markdown() -> String {
             "\nOps in the table beyond the core set: {}",
             extra.join(", ")
         );
+    }
+    let _ = writeln!(
+        s,
+        "\n## Ops without a StableHLO lowering\n\nThe fast runtime and the reference interpreter run \
+         them; `fxhlo lower` stops with an error naming the node and the op.\n"
+    );
+    let _ = writeln!(s, "| op | why |\n| --- | --- |");
+    for (op, why) in NO_STABLEHLO {
+        let _ = writeln!(s, "| `{op}` | {why} |");
+    }
+    let _ = writeln!(
+        s,
+        "\n## Known missing ops beyond the core set\n\nUsed by models or by PyTorch's OpInfo \
+         samples (ranked by `tools/missing_ops.py`); `fxhlo inspect` lists such ops as \
+         unsupported, and the `torch.compile` backend runs them in eager.\n"
+    );
+    let _ = writeln!(s, "| ATen overload | why |\n| --- | --- |");
+    for (name, why) in MISSING {
+        let _ = writeln!(s, "| `{name}` | {why} |");
     }
     s
 }

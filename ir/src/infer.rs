@@ -287,6 +287,19 @@ pub fn float_unary(cx: &InferCx) -> R<Vec<TensorType>> {
     Ok(vec![t.with_dtype(to_float(t.dtype))])
 }
 
+/// [`float_unary`] of an operand named `x` (some `special_*` ops).
+pub fn float_unary_x(cx: &InferCx) -> R<Vec<TensorType>> {
+    let t = cx.t("x")?;
+    Ok(vec![t.with_dtype(to_float(t.dtype))])
+}
+
+/// `special_*_polynomial_*(x, n)`: broadcast, promoted, floating.
+pub fn polynomial(cx: &InferCx) -> R<Vec<TensorType>> {
+    let (a, b) = (cx.t("x")?, cx.t("n")?);
+    let shape = broadcast(&a.shape, &b.shape)?;
+    Ok(vec![tt(to_float(promote_tensors(&[a, b])), shape)])
+}
+
 /// Predicates: bool result of the same shape.
 pub fn bool_unary(cx: &InferCx) -> R<Vec<TensorType>> {
     Ok(vec![cx.t("self")?.with_dtype(DType::Bool)])
@@ -615,6 +628,13 @@ pub fn reduce_values_indices(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;
     let shape = reduce_shape(t, &Some(vec![cx.int("dim")?]), cx.bool("keepdim")?)?;
     Ok(vec![tt(t.dtype, shape.clone()), tt(DType::I64, shape)])
+}
+
+/// `cummax`/`cummin(self, dim)`: running values and their i64 indices.
+pub fn cumulative_values_indices(cx: &InferCx) -> R<Vec<TensorType>> {
+    let t = cx.t("self")?;
+    norm_dim(cx.int("dim")?, t.rank())?;
+    Ok(vec![t.clone(), t.with_dtype(DType::I64)])
 }
 
 /// `cumsum`: integer inputs accumulate in i64.
@@ -1392,6 +1412,80 @@ pub fn sort(cx: &InferCx) -> R<Vec<TensorType>> {
     Ok(vec![t.clone(), t.with_dtype(DType::I64)])
 }
 
+/// `searchsorted(sorted_sequence, self, out_int32, right, side, sorter)`: an index per element
+/// of `self` (i32 with `out_int32`); the sequence is 1-D or has `self`'s leading dims.
+pub fn searchsorted(cx: &InferCx) -> R<Vec<TensorType>> {
+    let seq = cx.t("sorted_sequence")?;
+    let t = cx.t("self")?;
+    if seq.rank() == 0 {
+        return Err("sorted_sequence must have at least one dimension".into());
+    }
+    if seq.rank() > 1 && seq.shape[..seq.rank() - 1] != t.shape[..t.rank().saturating_sub(1)] {
+        return Err(format!(
+            "sorted_sequence {} and self {} must have the same leading dimensions",
+            shape_string(&seq.shape),
+            shape_string(&t.shape)
+        ));
+    }
+    if let Some(s) = cx.opt_t("sorter") {
+        if s.shape != seq.shape {
+            return Err(format!(
+                "sorter {} must have the shape of sorted_sequence {}",
+                shape_string(&s.shape),
+                shape_string(&seq.shape)
+            ));
+        }
+    }
+    let d = if cx.bool("out_int32")? {
+        DType::I32
+    } else {
+        DType::I64
+    };
+    Ok(vec![t.with_dtype(d)])
+}
+
+/// `histc(self, bins, min, max)`: `bins` counts in the input's (floating) dtype.
+pub fn histc(cx: &InferCx) -> R<Vec<TensorType>> {
+    let t = cx.t("self")?;
+    if !t.dtype.is_float() {
+        return Err(format!("histc needs a floating input, found {}", t.dtype));
+    }
+    let bins = cx.int("bins")?;
+    if bins <= 0 {
+        return Err(format!("bins must be positive, found {bins}"));
+    }
+    Ok(vec![st(t.dtype, &[bins])])
+}
+
+/// `unfold(self, dimension, size, step)`: windows of `size` along `dimension`, every `step`,
+/// as a new last dimension.
+pub fn unfold(cx: &InferCx) -> R<Vec<TensorType>> {
+    let t = cx.t("self")?;
+    let (size, step) = (cx.int("size")?, cx.int("step")?);
+    if step <= 0 || size < 0 {
+        return Err(format!(
+            "size must be non-negative and step positive, found size {size}, step {step}"
+        ));
+    }
+    let d = norm_dim(cx.int("dimension")?, t.rank())?;
+    let mut shape = t.shape.clone();
+    let n = if t.rank() == 0 {
+        1
+    } else {
+        static_shape(t, "self")?[d]
+    };
+    if size > n {
+        return Err(format!(
+            "size {size} is larger than dimension {d} of size {n}"
+        ));
+    }
+    if t.rank() > 0 {
+        shape[d] = Dim::Static((n - size) / step + 1);
+    }
+    shape.push(Dim::Static(size));
+    Ok(vec![tt(t.dtype, shape)])
+}
+
 /// `topk(self, k, dim)`: values and i64 indices.
 pub fn topk(cx: &InferCx) -> R<Vec<TensorType>> {
     let t = cx.t("self")?;
@@ -1479,6 +1573,34 @@ pub fn randperm(cx: &InferCx) -> R<Vec<TensorType>> {
     let n = cx.int("n")?;
     check_non_negative(&[n], "n")?;
     Ok(vec![st(creation_dtype(cx, DType::I64), &[n])])
+}
+
+/// The number of entries of `tril_indices(row, col, offset)` (`lower`) or `triu_indices`.
+pub fn tri_count(row: i64, col: i64, offset: i64, lower: bool) -> i64 {
+    (0..row.max(0))
+        .map(|i| {
+            if lower {
+                (i + offset + 1).clamp(0, col)
+            } else {
+                col - (i + offset).clamp(0, col)
+            }
+        })
+        .sum()
+}
+
+/// `tril_indices`/`triu_indices(row, col, offset)`: a `[2, count]` index tensor.
+pub fn tri_indices(cx: &InferCx) -> R<Vec<TensorType>> {
+    let (row, col) = (cx.int("row")?, cx.int("col")?);
+    check_non_negative(&[row, col], "row and col")?;
+    let d = creation_dtype(cx, DType::I64);
+    if d != DType::I64 && d != DType::I32 {
+        return Err(format!("dtype must be int64 or int32, found {d}"));
+    }
+    let lower = cx.op == Op::TrilIndices;
+    Ok(vec![st(
+        d,
+        &[2, tri_count(row, col, cx.int("offset")?, lower)],
+    )])
 }
 
 /// `scalar_tensor(s, dtype=...)`: 0-d.

@@ -90,6 +90,33 @@ fn unsupported_op_is_named() {
 }
 
 #[test]
+fn ops_without_a_stablehlo_lowering_are_named() {
+    for (op, arg, args) in [
+        ("aten.special_bessel_j0.default", "self", ""),
+        ("aten.special_modified_bessel_k1.default", "self", ""),
+        ("aten.special_scaled_modified_bessel_k0.default", "x", ""),
+        ("aten.special_ndtri.default", "self", ""),
+        ("aten.special_erfcx.default", "self", ""),
+        ("aten.special_log_ndtr.default", "self", ""),
+        ("aten.igamma.default", "self", ", other=%x"),
+        ("aten.igammac.default", "self", ", other=%x"),
+        ("aten.special_hermite_polynomial_h.default", "x", ", n=%x"),
+    ] {
+        let g = format!(
+            "graph {{\n  %x: f32[2] = input\n  %y: f32[2] = {op}({arg}=%x{args})\n  return %y\n}}"
+        );
+        match emit(&model(&g), &EmitOptions::default()) {
+            Err(LowerError::Node { op: o, msg, .. }) => {
+                assert_eq!(o, op);
+                assert!(msg.contains("no StableHLO lowering"), "{op}: {msg}");
+                assert!(msg.contains(op), "{op}: {msg}");
+            }
+            other => panic!("{op}: expected a node error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn dtypes_and_constants_print_as_mlir() {
     let g = r#"graph {
   %x: bool[3] = input

@@ -339,6 +339,8 @@ def decompositions() -> dict:
                     and getattr(fn, "__module__", "") == "torch._decomp.decompositions":
                 table[op] = fn
         table.update({op: fn for op, fn in _OWN.items() if wanted(op)})
+        from .extra_decomps import table as extra_decomps
+        table.update({op: fn for op, fn in extra_decomps().items() if wanted(op)})
         _DECOMPS = table
     return _DECOMPS
 

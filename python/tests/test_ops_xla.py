@@ -564,6 +564,77 @@ case("topk", "aten.topk.default",
      [((4, 6),), ((3, 2, 5),)], check="sort", dtypes=(F32, BF16, F16, I64, I32))
 
 
+# ---------------------------------------------------------------- ops for OpInfo and real exports
+case("cumprod", "aten.cumprod.default", lambda x: (torch.cumprod(x, 1), torch.cumprod(x, -1)),
+     [((3, 4),), ((2, 5, 0),)], ("small",), tol={"bfloat16": (4e-2, 2e-2)})
+case("cumprod dtype", "aten.cumprod.default", lambda x: torch.cumprod(x, 0, dtype=torch.float32),
+     [((6,),), ((3, 2),)], ("small",))
+case("histc", "aten.histc.default",
+     lambda x: (torch.histc(x, 5, -1, 1), torch.histc(x, 4), torch.histc(x * 0 + 2, 3)),
+     [((20,),), ((3, 7),)], dtypes=(F32,))
+case("round.decimals", "aten.round.decimals",
+     lambda x: (torch.round(x, decimals=2), torch.round(x * 100, decimals=-1),
+                torch.round(x, decimals=0)), S2, dtypes=FLOATS)
+case("unfold", "aten.unfold.default", lambda x: (x.unfold(1, 3, 2), x.unfold(0, 2, 1) + 0),
+     [((4, 7),), ((3, 5, 2),)])
+case("sort.stable", "aten.sort.stable",
+     lambda x: (torch.sort(x, dim=-1, stable=True),
+                torch.sort(x, dim=0, descending=True, stable=True)),
+     [((3, 6),), ((4, 2, 3),)], ("small",), check="sort", dtypes=(F32, BF16, F16, I64, I32))
+case("tril_indices/triu_indices", ["aten.tril_indices.default", "aten.triu_indices.default"],
+     lambda x: (torch.triu_indices(3, 5, 1), torch.tril_indices(4, 3, -1),
+                torch.triu_indices(4, 4, dtype=torch.int32), x + 0), [((1,),), ((2,),)],
+     dtypes=(F32,))
+case("empty_permuted", "aten.empty_permuted.default",
+     lambda x: torch.empty_permuted((2, 3, 4), (0, 2, 1), dtype=x.dtype), [((1,),), ((3,),)],
+     check="shape")
+case("lift_fresh_copy", "aten.lift_fresh_copy.default",
+     lambda x: aten.lift_fresh_copy.default(x) + 1, [((2, 3),), ((3,),)], dtypes=(F32, I64),
+     raw=True)
+case("searchsorted", "aten.searchsorted.Tensor",
+     lambda s, x: (torch.searchsorted(torch.sort(s)[0], x), torch.searchsorted(
+         torch.sort(s)[0], x, right=True, out_int32=True)),
+     [((7,), (3, 4)), ((2, 5), (2, 3))], ("small", "small"), dtypes=(F32, I64, I32))
+case("searchsorted sorter", "aten.searchsorted.Tensor",
+     lambda s, x: torch.searchsorted(s, x, side="right", sorter=torch.argsort(s)),
+     [((6,), (5,)), ((3, 4), (3, 2))], ("small", "small"), dtypes=(F32, I64))
+case("copysign.Tensor", "aten.copysign.Tensor", torch.copysign, B2, ("special", "special"),
+     dtypes=(F32, BF16, F16, I64))
+case("signbit", "aten.signbit.default", lambda x: (torch.signbit(x), torch.signbit(-x)), S2,
+     ("special",))
+case("nextafter", "aten.nextafter.default", lambda a, b: torch.nextafter(a, b),
+     [((3, 4), (3, 4)), ((2, 1, 4), (3, 1))], ("any", "any"), dtypes=(F32,), tol={"float32": (0, 0)})
+case("cummax/cummin", ["aten.cummax.default", "aten.cummin.default"],
+     lambda x: (torch.cummax(x, 1), torch.cummin(x, -1), torch.cummax(x, 0)),
+     [((3, 7),), ((2, 5, 0),)], ("small",), dtypes=(F32, BF16, F16, I64, I32))
+case("cummax nan", ["aten.cummax.default", "aten.cummin.default"],
+     lambda x: (torch.cummax(x, -1), torch.cummin(x, 0)), [((4, 9),), ((12,),)], ("special",),
+     dtypes=(F32,))
+
+# ---------------------------------------------------------------- special functions
+# (XLA's own expansions: chlo.lgamma/digamma/polygamma/zeta/erf_inv/erfc/bessel_i1e; i0e as
+# Cephes' Chebyshev series.) Half types compute in f32 and round once.
+SPECIAL_T = {"float32": (2e-4, 1e-5)}
+SW = [((4, 5),), ((2, 0),), ((),)]
+for op, f, kind in [
+    ("lgamma", torch.lgamma, "any"), ("digamma", torch.digamma, "nz"),
+    ("erfinv", torch.erfinv, "unit"), ("erfc", torch.erfc, "any"), ("exp2", torch.exp2, "any"),
+    ("i0", torch.i0, "any"), ("special_i0e", torch.special.i0e, "any"),
+    ("special_i1", torch.special.i1, "any"), ("special_i1e", torch.special.i1e, "any"),
+    ("special_modified_bessel_i0", torch.special.modified_bessel_i0, "any"),
+    ("special_modified_bessel_i1", torch.special.modified_bessel_i1, "any"),
+    ("special_spherical_bessel_j0", torch.special.spherical_bessel_j0, "any"),
+]:
+    case(op, f"aten.{op}.default", f, SW, (kind,), dtypes=(F32, BF16, F16, I64), tol=SPECIAL_T)
+case("i0 wide", ["aten.i0.default", "aten.special_i0e.default", "aten.special_i1e.default"],
+     lambda x: (torch.i0(x * 12), torch.special.i0e(x * 40), torch.special.i1e(x * 40)),
+     [((6, 7),), ((3,),)], dtypes=(F32,), tol=SPECIAL_T)
+case("polygamma", "aten.polygamma.default",
+     lambda x: tuple(torch.polygamma(n, x) for n in range(4)), [((3, 4),), ((5,),)], ("pos",),
+     dtypes=(F32, BF16, F16), tol={"float32": (1e-3, 1e-4)})
+case("special_zeta", "aten.special_zeta.default", torch.special.zeta,
+     [((3, 4), (3, 4)), ((2, 1, 3), (3,))], ("ge1", "pos"), dtypes=(F32,), tol=SPECIAL_T)
+
 # ------------------------------------------------------------------------------- running
 
 class Group(torch.nn.Module):

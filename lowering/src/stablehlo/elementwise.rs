@@ -173,6 +173,31 @@ pub(crate) fn unary(cx: &mut Cx, u: Un) -> R<V> {
     })
 }
 
+/// `round.decimals(self, decimals)`: `round(x * 10^d) / 10^d` (`round(x / 10^-d) * 10^-d`
+/// for negative `d`), ties to even, each step in the input dtype (f32 for half types) as ATen
+/// computes it.
+pub(crate) fn round_decimals(cx: &mut Cx) -> R<V> {
+    let x = cx.t("self")?;
+    let dec = cx.int("decimals")?;
+    let em = &mut *cx.em;
+    if !x.dtype.is_float() {
+        return Ok(x);
+    }
+    let ten = 10f64.powi(dec.unsigned_abs().min(400) as i32);
+    Ok(float_math(em, &x, |em, x| {
+        let p = em.splat_like(x, Num::F(ten));
+        if dec >= 0 {
+            let y = em.mul(x, &p);
+            let y = em.unary("round_nearest_even", &y);
+            em.div(&y, &p)
+        } else {
+            let y = em.div(x, &p);
+            let y = em.unary("round_nearest_even", &y);
+            em.mul(&y, &p)
+        }
+    }))
+}
+
 /// The second operand of a binary op: a tensor, or a scalar argument.
 enum Other {
     T(V),

@@ -430,6 +430,24 @@ impl Em {
         self.def(text, a.dtype, a.shape.clone())
     }
 
+    /// `chlo.<op> %a, %b : T, T -> T` (binary ops XLA expands itself: polygamma, zeta).
+    pub fn chlo_binary(&mut self, op: &str, a: &V, b: &V) -> V {
+        debug_assert_eq!(a.ty(), b.ty(), "{op} operands");
+        let text = if self.generic {
+            generic(&format!("chlo.{op}"), &[a, b], "", &a.ty())
+        } else {
+            format!(
+                "chlo.{op} {}, {} : {}, {} -> {}",
+                a.name,
+                b.name,
+                a.ty(),
+                b.ty(),
+                a.ty()
+            )
+        };
+        self.def(text, a.dtype, a.shape.clone())
+    }
+
     /// `stablehlo.<op> %a, %b : T` (same-type binary ops).
     pub fn binary(&mut self, op: &str, a: &V, b: &V) -> V {
         debug_assert_eq!(a.ty(), b.ty(), "{op} operands");

@@ -470,3 +470,87 @@ pub(crate) fn embedding_dense_backward(cx: &mut Cx) -> R<V> {
     let r = em.scatter(&z, &i2, &gf, &dims, |em, a, b| em.add(a, b));
     Ok(em.convert(&r, g.dtype))
 }
+
+/// `searchsorted(sorted_sequence, self, out_int32, right, side, sorter)`: per value, the count
+/// of sequence entries `s` of its row with `s < v` (`s <= v` on the right side; all of them for
+/// a NaN value), compared in the promoted dtype: ATen's binary search on rows without NaN (a
+/// row with NaN entries may differ, where the bisection's midpoints meet them).
+pub(crate) fn searchsorted(cx: &mut Cx) -> R<V> {
+    let seq = cx.t("sorted_sequence")?;
+    let x = cx.t("self")?;
+    let right = match cx.opt_str("side")?.as_deref() {
+        Some("right") => true,
+        Some("left") => false,
+        None => cx.bool("right")?,
+        Some(other) => return Err(format!("side must be left or right, found '{other}'")),
+    };
+    let sorter = match cx.node.arg("sorter") {
+        Some(fxhlo_ir::Arg::Tensor(_)) => Some(cx.t("sorter")?),
+        _ => None,
+    };
+    let od = cx.out_dtype(0);
+    let em = &mut *cx.em;
+    let cd = fxhlo_ir::infer::promote_tensors(&[
+        &fxhlo_ir::TensorType::new(seq.dtype, &seq.shape),
+        &fxhlo_ir::TensorType::new(x.dtype, &x.shape),
+    ]);
+    let mut seq = em.convert(&seq, cd);
+    let x = em.convert(&x, cd);
+    let m = *seq.shape.last().unwrap_or(&1);
+    if let Some(s) = sorter {
+        // seq[..., sorter[..., j]]: a gather along the last dim
+        let r = seq.rank();
+        let lead = seq.shape[..r - 1].to_vec();
+        let rows: i64 = lead.iter().product();
+        let flat = em.reshape(&seq, &[rows, m]);
+        let si = em.convert(&s, DType::I64);
+        let si = em.reshape(&si, &[rows, m]);
+        let ri = em.iota(DType::I64, &[rows, m], 0);
+        let ri = em.reshape(&ri, &[rows, m, 1]);
+        let ci = em.reshape(&si, &[rows, m, 1]);
+        let idx = em.concat(&[ri, ci], 2);
+        let g = em.gather(
+            &flat,
+            &idx,
+            &GatherDims {
+                offset_dims: vec![],
+                collapsed_slice_dims: vec![0, 1],
+                start_index_map: vec![0, 1],
+                index_vector_dim: 2,
+            },
+            &[1, 1],
+            &[rows, m],
+        );
+        seq = em.reshape(&g, &s.shape);
+    }
+    let (vx, vs, red) = if seq.rank() == 1 {
+        // every value against the one sequence
+        let n = x.numel();
+        let xf = em.reshape(&x, &[n]);
+        let vx = em.bcast_in_dim(&xf, &[n, m], &[0]);
+        let vs = em.bcast_in_dim(&seq, &[n, m], &[1]);
+        (vx, vs, vec![n])
+    } else {
+        let r = x.rank();
+        let mut full = x.shape.clone();
+        full.push(m);
+        let lead: Vec<usize> = (0..r - 1).collect();
+        let mut dx = lead.clone();
+        dx.push(r - 1);
+        let mut ds = lead;
+        ds.push(r);
+        let vx = em.bcast_in_dim(&x, &full, &dx);
+        let vs = em.bcast_in_dim(&seq, &full, &ds);
+        (vx, vs, x.shape.clone())
+    };
+    let c = em.compare(if right { "LE" } else { "LT" }, &vs, &vx);
+    let nan = em.compare("NE", &vx, &vx);
+    let c = em.binary("or", &c, &nan);
+    let c = em.convert(&c, DType::I64);
+    let zero = em.scalar(DType::I64, Num::I(0));
+    let last = c.rank() - 1;
+    let cnt = em.reduce1(&c, &zero, &[last], "add");
+    let cnt = em.reshape(&cnt, &red);
+    let cnt = em.reshape(&cnt, &x.shape);
+    Ok(em.convert(&cnt, od))
+}

@@ -20,6 +20,7 @@ mod norm;
 mod pool;
 mod reduce;
 mod shape;
+mod special;
 
 use emitter::{tensor_ty, Em, Num, V};
 use fxhlo_ir::{Arg, DType, Graph, Model, Node, NodeId, NodeKind, Op, ValueRef};
@@ -543,6 +544,11 @@ fn module_text(_g: &Graph, params: &[V], results: &[V], body: &str) -> String {
 /// Lowers one op: the exhaustive dispatch over the op table.
 fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
     use elementwise::{Bin, Un};
+    if let Some(why) = op.no_stablehlo() {
+        return Err(format!(
+            "{op} has no StableHLO lowering yet ({why}); the fxhlo runtime and interpreter run it"
+        ));
+    }
     let one = |r: R<V>| r.map(|v| vec![v]);
     match op {
         // ---------------------------------------------------------------- elementwise
@@ -568,6 +574,7 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         Op::Reciprocal => one(elementwise::unary(cx, Un::Reciprocal)),
         Op::Relu => one(elementwise::unary(cx, Un::Relu)),
         Op::Round => one(elementwise::unary(cx, Un::Round)),
+        Op::RoundDecimals => one(elementwise::round_decimals(cx)),
         Op::Rsqrt => one(elementwise::unary(cx, Un::Rsqrt)),
         Op::Sigmoid => one(elementwise::unary(cx, Un::Sigmoid)),
         Op::Sign => one(elementwise::unary(cx, Un::Sign)),
@@ -613,11 +620,58 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         Op::Gelu => one(elementwise::gelu(cx)),
         Op::Elu => one(elementwise::elu(cx)),
         Op::LeakyRelu => one(elementwise::leaky_relu(cx)),
-        Op::ToCopy | Op::Clone | Op::Alias => one(elementwise::copy_of(cx, "self")),
+        Op::ToCopy | Op::Clone | Op::Alias | Op::LiftFreshCopy => {
+            one(elementwise::copy_of(cx, "self"))
+        }
         Op::Copy => one(elementwise::copy(cx)),
+        // ---------------------------------------------------------------- special functions
+        Op::Lgamma
+        | Op::Digamma
+        | Op::Polygamma
+        | Op::Erfinv
+        | Op::Erfc
+        | Op::Exp2
+        | Op::I0
+        | Op::SpecialI0e
+        | Op::SpecialI1
+        | Op::SpecialI1e
+        | Op::SpecialModifiedBesselI0
+        | Op::SpecialModifiedBesselI1
+        | Op::SpecialModifiedBesselK0
+        | Op::SpecialModifiedBesselK1
+        | Op::SpecialScaledModifiedBesselK0
+        | Op::SpecialScaledModifiedBesselK1
+        | Op::SpecialBesselJ0
+        | Op::SpecialBesselJ1
+        | Op::SpecialBesselY0
+        | Op::SpecialBesselY1
+        | Op::SpecialSphericalBesselJ0
+        | Op::SpecialNdtri
+        | Op::SpecialLogNdtr
+        | Op::SpecialErfcx => one(special::unary(cx, op)),
+        Op::SpecialZeta | Op::Igamma | Op::Igammac => one(special::binary(cx, op)),
+        Op::CopysignTensor => one(special::copysign(cx)),
+        Op::Signbit => one(special::signbit(cx)),
+        Op::Nextafter => one(special::nextafter(cx)),
+        Op::SpecialChebyshevPolynomialT
+        | Op::SpecialChebyshevPolynomialU
+        | Op::SpecialChebyshevPolynomialV
+        | Op::SpecialChebyshevPolynomialW
+        | Op::SpecialHermitePolynomialH
+        | Op::SpecialHermitePolynomialHe
+        | Op::SpecialLaguerrePolynomialL
+        | Op::SpecialLegendrePolynomialP
+        | Op::SpecialShiftedChebyshevPolynomialT
+        | Op::SpecialShiftedChebyshevPolynomialU
+        | Op::SpecialShiftedChebyshevPolynomialV
+        | Op::SpecialShiftedChebyshevPolynomialW => {
+            unreachable!("refused above: {op} is in NO_STABLEHLO")
+        }
         // ---------------------------------------------------------------- creation
         Op::Full | Op::FullLike | Op::FillScalar | Op::ScalarTensor => one(creation::full(cx)),
-        Op::EmptyMemoryFormat | Op::EmptyStrided => one(creation::empty(cx)),
+        Op::EmptyMemoryFormat | Op::EmptyStrided | Op::EmptyPermuted => one(creation::empty(cx)),
+        Op::TrilIndices => one(creation::tri_indices(cx, true)),
+        Op::TriuIndices => one(creation::tri_indices(cx, false)),
         Op::ArangeStartStep => one(creation::arange(cx)),
         Op::Rand => one(creation::rand(cx, false)),
         Op::Randn => one(creation::rand(cx, true)),
@@ -636,6 +690,10 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         Op::MinDim => reduce::values_indices(cx, false),
         Op::VarCorrection | Op::VarDim => one(reduce::var(cx)),
         Op::Cumsum => one(reduce::cumsum(cx)),
+        Op::Cumprod => one(reduce::cumprod(cx)),
+        Op::Cummax => reduce::cumulative_extremum(cx, true),
+        Op::Cummin => reduce::cumulative_extremum(cx, false),
+        Op::Histc => one(reduce::histc(cx)),
         // ---------------------------------------------------------------- shapes
         Op::View => one(shape::view(cx)),
         Op::Permute => one(shape::permute(cx)),
@@ -654,6 +712,7 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         Op::Diagonal => one(shape::diagonal(cx)),
         Op::AsStrided => one(shape::as_strided(cx)),
         Op::Flip => one(shape::flip(cx)),
+        Op::Unfold => one(shape::unfold(cx)),
         Op::SliceScatter => one(shape::slice_scatter(cx)),
         Op::SelectScatter => one(shape::select_scatter(cx)),
         // ---------------------------------------------------------------- matmul
@@ -695,7 +754,8 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         Op::ScatterAdd => one(index::scatter(cx, "sum")),
         Op::ScatterReduceTwo => one(index::scatter_reduce(cx)),
         Op::MaskedScatter => one(index::masked_scatter(cx)),
-        Op::Sort => index::sort(cx),
+        Op::Sort | Op::SortStable => index::sort(cx),
+        Op::SearchsortedTensor => one(index::searchsorted(cx)),
         Op::Topk => index::topk(cx),
     }
 }

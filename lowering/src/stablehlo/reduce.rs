@@ -225,15 +225,16 @@ pub(crate) fn var(cx: &mut Cx) -> R<V> {
     Ok(em.div(&ss, &den))
 }
 
-/// Inclusive prefix sum along `dim` as a `reduce_window` (as XLA lowers cumsum).
-pub(crate) fn prefix_sum(em: &mut Em, x: &V, dim: usize) -> V {
+/// Inclusive prefix sum (or product, `prod`) along `dim` as a `reduce_window` (as XLA lowers
+/// cumsum).
+pub(crate) fn prefix_scan(em: &mut Em, x: &V, dim: usize, prod: bool) -> V {
     let r = x.rank();
     let n = x.shape[dim];
     let mut window = vec![1; r];
     window[dim] = n.max(1);
     let mut pad = vec![(0, 0); r];
     pad[dim] = ((n - 1).max(0), 0);
-    let init = em.scalar(x.dtype, Num::I(0));
+    let init = em.scalar(x.dtype, Num::I(i64::from(prod)));
     let ones = vec![1; r];
     let out = em.reduce_window(
         std::slice::from_ref(x),
@@ -242,9 +243,173 @@ pub(crate) fn prefix_sum(em: &mut Em, x: &V, dim: usize) -> V {
         &ones,
         &ones,
         &pad,
-        |em, a, b| vec![em.add(&a[0], &b[0])],
+        |em, a, b| {
+            vec![if prod {
+                em.mul(&a[0], &b[0])
+            } else {
+                em.add(&a[0], &b[0])
+            }]
+        },
     );
     out[0].clone()
+}
+
+/// Inclusive prefix sum along `dim`.
+pub(crate) fn prefix_sum(em: &mut Em, x: &V, dim: usize) -> V {
+    prefix_scan(em, x, dim, false)
+}
+
+/// `cumprod(self, dim, dtype)`: floats multiply in f64 (ATen's CPU kernel accumulates in
+/// double), integers in their dtype.
+pub(crate) fn cumprod(cx: &mut Cx) -> R<V> {
+    let x = cx.t("self")?;
+    let od = cx.out_dtype(0);
+    let dim_arg = cx.int("dim");
+    let em = &mut *cx.em;
+    let cd = if od.is_float() { DType::F64 } else { od };
+    let xc = em.convert(&x, cd);
+    if x.rank() == 0 {
+        return Ok(xc);
+    }
+    let d = norm_dim(dim_arg?, x.rank())?;
+    Ok(prefix_scan(em, &xc, d, true))
+}
+
+/// `cummax`/`cummin(self, dim)` (`max`): a prefix `reduce_window` over (value, index) pairs
+/// keeping the larger (smaller) value, NaN before anything, and on ties the later index; that
+/// order is total, so the combination is associative and commutative as XLA needs, and it
+/// gives ATen's sequential result.
+pub(crate) fn cumulative_extremum(cx: &mut Cx, max: bool) -> R<Vec<V>> {
+    let x = cx.t("self")?;
+    let dim_arg = cx.int("dim");
+    let em = &mut *cx.em;
+    if x.rank() == 0 {
+        let z = em.scalar(DType::I64, Num::I(0));
+        return Ok(vec![x, z]);
+    }
+    let d = norm_dim(dim_arg?, x.rank())?;
+    let r = x.rank();
+    let n = x.shape[d];
+    let idx = em.iota(DType::I64, &x.shape, d);
+    let mut window = vec![1; r];
+    window[d] = n.max(1);
+    let mut pad = vec![(0, 0); r];
+    pad[d] = ((n - 1).max(0), 0);
+    let ones = vec![1; r];
+    let init_v = em.scalar(x.dtype, init_max(x.dtype, max));
+    let init_i = em.scalar(DType::I64, Num::I(-1));
+    let float = x.dtype.is_float();
+    let out = em.reduce_window(
+        &[x.clone(), idx],
+        &[init_v, init_i],
+        &window,
+        &ones,
+        &ones,
+        &pad,
+        |em, a, b| {
+            let (av, ai, bv, bi) = (&a[0], &a[1], &b[0], &b[1]);
+            let later = em.compare("GT", bi, ai);
+            let eq = em.compare("EQ", bv, av);
+            let better = em.compare(if max { "GT" } else { "LT" }, bv, av);
+            let tie = em.binary("and", &eq, &later);
+            let mut take = em.binary("or", &better, &tie);
+            if float {
+                let an = em.compare("NE", av, av);
+                let bn = em.compare("NE", bv, bv);
+                // both NaN: the later; b NaN only: b; a NaN only: a
+                let both = em.binary("and", &an, &bn);
+                let both_later = em.binary("and", &both, &later);
+                let a_num = em.unary("not", &an);
+                let b_nan_only = em.binary("and", &bn, &a_num);
+                let b_num = em.unary("not", &bn);
+                let nums = em.binary("and", &a_num, &b_num);
+                let num_take = em.binary("and", &nums, &take);
+                let t = em.binary("or", &both_later, &b_nan_only);
+                take = em.binary("or", &t, &num_take);
+            }
+            let v = em.select(&take, bv, av);
+            let i = em.select(&take, bi, ai);
+            vec![v, i]
+        },
+    );
+    Ok(out)
+}
+
+/// `histc(self, bins, min, max)`: the bin of each element is the number of edges at or below it
+/// less one (the edges computed in the input dtype as ATen's `linspace` does; the last bin
+/// includes its right edge); elements outside `[min, max]` and NaN count nowhere. Where `min ==
+/// max`, the range is the data's own, widened by 1 each side if that is one value.
+pub(crate) fn histc(cx: &mut Cx) -> R<V> {
+    let x = cx.t("self")?;
+    let d = x.dtype;
+    let bins = cx.int("bins")?;
+    let (lo_a, hi_a) = (cx.num("min")?, cx.num("max")?);
+    let em = &mut *cx.em;
+    let n = x.numel();
+    let xf = em.reshape(&x, &[n]);
+    let mut lo = em.scalar(d, Num::F(lo_a.f64()));
+    let mut hi = em.scalar(d, Num::F(hi_a.f64()));
+    let same = em.compare("EQ", &lo, &hi);
+    if n > 0 {
+        // the data's range where min == max
+        let big = em.scalar(d, Num::F(f64::INFINITY));
+        let small = em.scalar(d, Num::F(f64::NEG_INFINITY));
+        let dmin = em.reduce1(&xf, &big, &[0], "minimum");
+        let dmax = em.reduce1(&xf, &small, &[0], "maximum");
+        lo = em.select(&same, &dmin, &lo);
+        hi = em.select(&same, &dmax, &hi);
+    }
+    let same = em.compare("EQ", &lo, &hi);
+    let one = em.scalar(d, Num::F(1.0));
+    let lo1 = em.sub(&lo, &one);
+    let hi1 = em.add(&hi, &one);
+    let lo = em.select(&same, &lo1, &lo);
+    let hi = em.select(&same, &hi1, &hi);
+    // edges: lo + step * i for the first half, hi - step * (bins - i) for the rest
+    let ne = bins + 1;
+    let nb = em.scalar(d, Num::I(bins));
+    let width = em.sub(&hi, &lo);
+    let step = em.div(&width, &nb);
+    let step_e = em.bcast_to(&step, &[ne]);
+    let i = em.iota(DType::I64, &[ne], 0);
+    let bins_v = em.splat(DType::I64, &[ne], Num::I(bins));
+    let back = em.sub(&bins_v, &i);
+    let fi = em.convert(&i, d);
+    let fb = em.convert(&back, d);
+    let up = em.mul(&step_e, &fi);
+    let lo_e = em.bcast_to(&lo, &[ne]);
+    let up = em.add(&lo_e, &up);
+    let down = em.mul(&step_e, &fb);
+    let hi_e = em.bcast_to(&hi, &[ne]);
+    let down = em.sub(&hi_e, &down);
+    let half = em.splat(DType::I64, &[ne], Num::I(ne / 2));
+    let first = em.compare("LT", &i, &half);
+    let edges = em.select(&first, &up, &down);
+    // bin of each element
+    let xs = em.bcast_in_dim(&xf, &[n, ne], &[0]);
+    let es = em.bcast_in_dim(&edges, &[n, ne], &[1]);
+    let le = em.compare("LE", &es, &xs);
+    let le = em.convert(&le, DType::I64);
+    let zero = em.scalar(DType::I64, Num::I(0));
+    let count = em.reduce1(&le, &zero, &[1], "add");
+    let one_i = em.splat(DType::I64, &[n], Num::I(1));
+    let pos = em.sub(&count, &one_i);
+    let last = em.splat(DType::I64, &[n], Num::I(bins - 1));
+    let pos = em.min(&pos, &last);
+    let lo_n = em.bcast_to(&lo, &[n]);
+    let hi_n = em.bcast_to(&hi, &[n]);
+    let ge = em.compare("GE", &xf, &lo_n);
+    let le_hi = em.compare("LE", &xf, &hi_n);
+    let inside = em.binary("and", &ge, &le_hi);
+    let ps = em.bcast_in_dim(&pos, &[n, bins], &[0]);
+    let bi = em.iota(DType::I64, &[n, bins], 1);
+    let hit = em.compare("EQ", &ps, &bi);
+    let ins = em.bcast_in_dim(&inside, &[n, bins], &[0]);
+    let hit = em.binary("and", &hit, &ins);
+    let hit = em.convert(&hit, DType::F32);
+    let zf = em.scalar(DType::F32, Num::F(0.0));
+    let counts = em.reduce1(&hit, &zf, &[0], "add");
+    Ok(em.convert(&counts, d))
 }
 
 /// `cumsum(self, dim, dtype)`.

@@ -313,3 +313,33 @@ pub(crate) fn select_scatter(cx: &mut Cx) -> R<V> {
     let src = cx.em.reshape(&src, &s);
     Ok(write_slice(cx.em, &x, &src, d, i, 1))
 }
+
+/// `unfold(self, dimension, size, step)`: one strided slice per window offset, stacked along a
+/// new last dimension.
+pub(crate) fn unfold(cx: &mut Cx) -> R<V> {
+    let x = cx.t("self")?;
+    let (size, step) = (cx.int("size")?, cx.int("step")?);
+    let dim_arg = cx.int("dimension")?;
+    let out = cx.out_shape(0)?;
+    let em = &mut *cx.em;
+    if out.contains(&0) {
+        return Ok(em.splat(x.dtype, &out, Num::I(0)));
+    }
+    let (x, d) = if x.rank() == 0 {
+        (em.reshape(&x, &[1]), 0)
+    } else {
+        (x.clone(), norm_dim(dim_arg, x.rank())?)
+    };
+    let nw = if out.len() > 1 { out[d] } else { 1 };
+    let mut win_shape = x.shape.clone();
+    win_shape[d] = nw;
+    win_shape.push(1);
+    let parts: Vec<V> = (0..size)
+        .map(|j| {
+            let s = em.slice_dim(&x, d, j, j + (nw - 1) * step + 1, step);
+            em.reshape(&s, &win_shape)
+        })
+        .collect();
+    let r = em.concat(&parts, win_shape.len() - 1);
+    Ok(em.reshape(&r, &out))
+}

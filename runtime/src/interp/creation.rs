@@ -115,6 +115,27 @@ pub(crate) fn empty(cx: &Ctx) -> R<Tensor> {
     Ok(Tensor::zeros(cx.out_dtype(), shape))
 }
 
+/// `tril_indices`/`triu_indices(row, col, offset)` (`lower`): the coordinates of the lower
+/// (upper) triangle, row by row.
+pub(crate) fn tri_indices(cx: &Ctx, lower: bool) -> R<Tensor> {
+    let (row, col, offset) = (cx.int("row")?, cx.int("col")?, cx.int("offset")?);
+    let (mut rows, mut cols) = (vec![], vec![]);
+    for i in 0..row.max(0) {
+        let (lo, hi) = if lower {
+            (0, (i + offset + 1).clamp(0, col))
+        } else {
+            ((i + offset).clamp(0, col), col)
+        };
+        for j in lo..hi {
+            rows.push(i);
+            cols.push(j);
+        }
+    }
+    let n = rows.len();
+    rows.extend(cols);
+    Ok(Tensor::from_i64s(cx.out_dtype(), vec![2, n], rows))
+}
+
 /// `scalar_tensor(s, dtype)`: a 0-d tensor.
 pub(crate) fn scalar_tensor(cx: &Ctx) -> R<Tensor> {
     Ok(Tensor::full(cx.out_dtype(), vec![], cx.scalar("s")?))

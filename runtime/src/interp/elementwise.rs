@@ -53,10 +53,31 @@ fn promoted(a: &Operand, b: &Operand) -> DType {
 
 /// Floating unary functions: the input is cast to the (floating) result dtype first.
 pub(crate) fn float_unary(cx: &Ctx, f: fn(f64) -> f64) -> R<Tensor> {
+    float_unary_with(cx, f)
+}
+
+/// [`float_unary`] with a closure (of the operand `self`, or `x` where the schema names it so).
+pub(crate) fn float_unary_with(cx: &Ctx, f: impl Fn(f64) -> f64) -> R<Tensor> {
     let d = cx.out_dtype();
-    let x = cx.t("self")?.cast(d);
+    let x = cx.t(if cx.has("x") { "x" } else { "self" })?.cast(d);
     let v = x.f64s().into_iter().map(f).collect();
     Ok(Tensor::from_f64s(d, x.shape, v))
+}
+
+/// Floating binary functions of `self` and `other` (`x` and `n` for the polynomials),
+/// broadcast and cast to the result dtype.
+pub(crate) fn float_binary(cx: &Ctx, f: impl Fn(f64, f64) -> f64) -> R<Tensor> {
+    let d = cx.out_dtype();
+    let shape = cx.out_shape();
+    let (p, q) = if cx.has("n") {
+        ("x", "n")
+    } else {
+        ("self", "other")
+    };
+    let a = cx.t(p)?.cast(d).broadcast_to(&shape)?.f64s();
+    let b = cx.t(q)?.cast(d).broadcast_to(&shape)?.f64s();
+    let v = a.into_iter().zip(b).map(|(p, q)| f(p, q)).collect();
+    Ok(Tensor::from_f64s(d, shape, v))
 }
 
 /// Applies `ff` to floats and `fi` to integers (booleans as 0/1), keeping the dtype.
@@ -73,6 +94,38 @@ fn same_unary(cx: &Ctx, ff: impl Fn(f64) -> f64, fi: impl Fn(i64) -> i64) -> R<T
 /// `ceil`, `floor`, `round` (half to even), `trunc`: identity on integers.
 pub(crate) fn rounding(cx: &Ctx, f: fn(f64) -> f64) -> R<Tensor> {
     same_unary(cx, f, |x| x)
+}
+
+/// `round.decimals(self, decimals)`: as ATen, in the result dtype step by step: `round(x *
+/// 10^d) / 10^d`, or `round(x / 10^-d) * 10^-d` for negative `d` (ties to even), in f32 for
+/// half types.
+pub(crate) fn round_decimals(cx: &Ctx) -> R<Tensor> {
+    let dec = cx.int("decimals")?;
+    let d = cx.out_dtype();
+    let x = cx.t("self")?.cast(d);
+    if !d.is_float() {
+        return Ok(x);
+    }
+    // half types compute in f32, as ATen's kernel does
+    let cd = if matches!(d, DType::F16 | DType::BF16) {
+        DType::F32
+    } else {
+        d
+    };
+    let r = |v: f64| super::tensor::round_float(cd, v);
+    let p = r(10f64.powi(dec.unsigned_abs().min(400) as i32));
+    let v = x
+        .f64s()
+        .into_iter()
+        .map(|a| {
+            if dec >= 0 {
+                r(a * p).round_ties_even() / p
+            } else {
+                r(a / p).round_ties_even() * p
+            }
+        })
+        .collect();
+    Ok(Tensor::from_f64s(d, x.shape, v))
 }
 
 /// `abs`.
@@ -184,6 +237,17 @@ pub(crate) fn hardtanh(cx: &Ctx) -> R<Tensor> {
     let lo = Some(cx.scalar("min_val")?);
     let hi = Some(cx.scalar("max_val")?);
     clamp_scalars(cx, cx.t("self")?, lo, hi)
+}
+
+/// `signbit`: the sign bit of floats (set for -0.0 and negative NaN), `x < 0` for integers.
+pub(crate) fn signbit(cx: &Ctx) -> R<Tensor> {
+    let x = cx.t("self")?;
+    let v = match &x.data {
+        Data::F(v) => v.iter().map(|a| a.is_sign_negative()).collect(),
+        Data::I(v) => v.iter().map(|&a| a < 0).collect(),
+        Data::B(v) => vec![false; v.len()],
+    };
+    Ok(Tensor::from_bools(DType::Bool, x.shape.clone(), v))
 }
 
 /// `isinf`.

@@ -475,6 +475,68 @@ pub(crate) fn masked_scatter(cx: &Ctx) -> R<Tensor> {
     Ok(out)
 }
 
+/// `searchsorted(sorted_sequence, self, out_int32, right, side, sorter)`: ATen's binary search
+/// of each value in the sequence row: the first position whose entry `s` has `s >= v` (`s > v`
+/// on the right side), with its midpoints, so a NaN value or NaN entries land where ATen's do.
+pub(crate) fn searchsorted(cx: &Ctx) -> R<Tensor> {
+    let seq = cx.t("sorted_sequence")?;
+    let x = cx.t("self")?;
+    let right = match cx.opt_str("side")? {
+        Some("right") => true,
+        Some("left") => false,
+        None => cx.bool("right")?,
+        Some(other) => return Err(format!("side must be left or right, found '{other}'")),
+    };
+    let m = *seq.shape.last().unwrap_or(&1);
+    let mut rows = seq.f64s();
+    let ints = (!seq.dtype.is_float() && !x.dtype.is_float()).then(|| (seq.i64s(), x.i64s()));
+    if let Some(sorter) = cx.opt_t("sorter")? {
+        let s = sorter.i64s();
+        let mut sorted = Vec::with_capacity(rows.len());
+        for (k, &j) in s.iter().enumerate() {
+            let j = usize::try_from(j)
+                .ok()
+                .filter(|&j| j < m)
+                .ok_or_else(|| format!("sorter index {j} is out of range for {m} entries"))?;
+            sorted.push(rows[k / m * m + j]);
+        }
+        rows = sorted;
+    }
+    let n_last = *x.shape.last().unwrap_or(&1);
+    let batched = seq.rank() > 1;
+    let vals = x.f64s();
+    let mut out = Vec::with_capacity(vals.len());
+    for (i, &v) in vals.iter().enumerate() {
+        let row = if batched { i / n_last.max(1) } else { 0 };
+        let r = &rows[row * m..row * m + m];
+        let c = match &ints {
+            // exact comparisons of integers beyond 2^53
+            Some((si, xi)) if cx.opt_t("sorter")?.is_none() => {
+                let (r, v) = (&si[row * m..row * m + m], xi[i]);
+                bisect(m, |k| if right { r[k] > v } else { r[k] >= v })
+            }
+            _ => bisect(m, |k| if right { r[k] > v } else { r[k] >= v }),
+        };
+        out.push(c as i64);
+    }
+    Ok(Tensor::from_i64s(cx.out_dtype(), x.shape.clone(), out))
+}
+
+/// ATen's `cus_lower_bound`/`cus_upper_bound`: the first of `n` positions where `found` holds,
+/// by bisection (positions where it does not hold move the start past the midpoint).
+fn bisect(n: usize, found: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + ((hi - lo) >> 1);
+        if !found(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ mod linalg;
 mod nn;
 pub(crate) mod reduce;
 mod shape;
+mod special;
 
 pub use tensor::{Data, Scalar, Tensor};
 
@@ -27,6 +28,7 @@ use elementwise::{BinOp, CmpOp, LogicOp};
 use fxhlo_ir::infer::{ArgType, InferCx};
 use fxhlo_ir::types::shape_string;
 use fxhlo_ir::{Arg, DType, Dim, HostTensor, InputKind, Model, Node, NodeKind, Op, TensorType};
+use special::Poly;
 use std::collections::{BTreeMap, HashMap};
 use tensor::R;
 
@@ -643,7 +645,7 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::Acosh => one(ew::float_unary(cx, f64::acosh)),
         Op::AddScalar | Op::AddTensor => one(ew::binary(cx, BinOp::Add)),
         Op::Addmm => one(linalg::addmm(cx)),
-        Op::Alias | Op::Clone => one(shape::clone(cx)),
+        Op::Alias | Op::Clone | Op::LiftFreshCopy => one(shape::clone(cx)),
         Op::Amax => one(reduce::amax_amin(cx, true)),
         Op::Amin => one(reduce::amax_amin(cx, false)),
         Op::Any | Op::AnyDim | Op::AnyDims => one(reduce::any(cx)),
@@ -674,14 +676,17 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::Copy => one(shape::copy(cx)),
         Op::Cos => one(ew::float_unary(cx, f64::cos)),
         Op::Cosh => one(ew::float_unary(cx, f64::cosh)),
-        Op::Cumsum => one(reduce::cumsum(cx)),
+        Op::Cummax => reduce::cumulative_extremum(cx, true),
+        Op::Cummin => reduce::cumulative_extremum(cx, false),
+        Op::Cumprod => one(reduce::cumulative(cx, true)),
+        Op::Cumsum => one(reduce::cumulative(cx, false)),
         Op::Diagonal => one(shape::diagonal(cx)),
         Op::DivScalar | Op::DivTensor => one(ew::binary(cx, BinOp::Div)),
         Op::DivScalarMode | Op::DivTensorMode => one(ew::binary(cx, BinOp::DivMode)),
         Op::Elu => one(ew::elu(cx)),
         Op::Embedding => one(index::embedding(cx)),
         Op::EmbeddingDenseBackward => one(backward::embedding_dense_backward(cx)),
-        Op::EmptyMemoryFormat | Op::EmptyStrided => one(creation::empty(cx)),
+        Op::EmptyMemoryFormat | Op::EmptyStrided | Op::EmptyPermuted => one(creation::empty(cx)),
         Op::EqScalar | Op::EqTensor => one(ew::compare(cx, CmpOp::Eq)),
         Op::Erf => one(ew::float_unary(cx, libm::erf)),
         Op::Exp => one(ew::float_unary(cx, f64::exp)),
@@ -699,6 +704,7 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::GridSampler2d => one(nn::grid_sampler_2d(cx)),
         Op::GtScalar | Op::GtTensor => one(ew::compare(cx, CmpOp::Gt)),
         Op::Hardtanh => one(ew::hardtanh(cx)),
+        Op::Histc => one(reduce::histc(cx)),
         Op::IndexTensor => one(index::index(cx)),
         Op::IndexPut => one(index::index_put(cx)),
         Op::IndexSelect => one(index::index_select(cx)),
@@ -749,11 +755,13 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::Repeat => one(shape::repeat(cx)),
         Op::ReplicationPad2d | Op::ReplicationPad3d => one(shape::replication_pad(cx)),
         Op::Round => one(ew::rounding(cx, f64::round_ties_even)),
+        Op::RoundDecimals => one(ew::round_decimals(cx)),
         Op::Rsqrt => one(ew::float_unary(cx, |x| 1.0 / x.sqrt())),
         Op::ScalarTensor => one(creation::scalar_tensor(cx)),
         Op::ScatterSrc | Op::ScatterValue => one(index::scatter(cx, false)),
         Op::ScatterAdd => one(index::scatter(cx, true)),
         Op::ScatterReduceTwo => one(index::scatter_reduce(cx)),
+        Op::SearchsortedTensor => one(index::searchsorted(cx)),
         Op::SelectInt => one(shape::select(cx)),
         Op::SelectScatter => one(shape::select_scatter(cx)),
         Op::Sigmoid => one(ew::float_unary(cx, |x| 1.0 / (1.0 + (-x).exp()))),
@@ -762,7 +770,7 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::Sinh => one(ew::float_unary(cx, f64::sinh)),
         Op::SliceTensor => one(shape::slice(cx)),
         Op::SliceScatter => one(shape::slice_scatter(cx)),
-        Op::Sort => reduce::sort(cx),
+        Op::Sort | Op::SortStable => reduce::sort(cx),
         Op::SplitWithSizes => shape::split_with_sizes(cx),
         Op::Sqrt => one(ew::float_unary(cx, f64::sqrt)),
         Op::SqueezeDim | Op::SqueezeDims => one(shape::squeeze(cx)),
@@ -771,12 +779,91 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::Tan => one(ew::float_unary(cx, f64::tan)),
         Op::Tanh => one(ew::float_unary(cx, f64::tanh)),
         Op::Topk => reduce::topk(cx),
+        Op::TrilIndices => one(creation::tri_indices(cx, true)),
+        Op::TriuIndices => one(creation::tri_indices(cx, false)),
         Op::Trunc => one(ew::rounding(cx, f64::trunc)),
+        Op::Unfold => one(shape::unfold(cx)),
         Op::Unsqueeze => one(shape::unsqueeze(cx)),
         Op::UpsampleBilinear2dVec => one(nn::upsample_bilinear2d(cx)),
         Op::UpsampleNearest2dVec => one(nn::upsample_nearest2d(cx)),
         Op::VarCorrection | Op::VarDim => one(reduce::var(cx)),
         Op::View => one(shape::view(cx)),
         Op::WhereSelf => one(ew::where_self(cx)),
+        Op::Digamma => one(ew::float_unary(cx, special::digamma)),
+        Op::Erfc => one(ew::float_unary(cx, special::erfc)),
+        Op::Erfinv => one(ew::float_unary(cx, special::erfinv)),
+        Op::Exp2 => one(ew::float_unary(cx, f64::exp2)),
+        Op::I0 | Op::SpecialModifiedBesselI0 => one(ew::float_unary(cx, special::i0)),
+        Op::Igamma => one(ew::float_binary(cx, |a, x| special::igamma(a, x, false))),
+        Op::Igammac => one(ew::float_binary(cx, |a, x| special::igamma(a, x, true))),
+        Op::Lgamma => one(ew::float_unary(cx, special::lgamma)),
+        Op::Polygamma => {
+            let n = cx.int("n")?;
+            if n < 0 {
+                return Err(format!("polygamma needs n >= 0, found {n}"));
+            }
+            one(ew::float_unary_with(cx, |x| special::polygamma(n, x)))
+        }
+        Op::SpecialBesselJ0 => one(ew::float_unary(cx, |x| special::bessel_jy(libm::j0, x))),
+        Op::SpecialBesselJ1 => one(ew::float_unary(cx, |x| special::bessel_jy(libm::j1, x))),
+        Op::SpecialBesselY0 => one(ew::float_unary(cx, |x| special::bessel_jy(libm::y0, x))),
+        Op::SpecialBesselY1 => one(ew::float_unary(cx, |x| special::bessel_jy(libm::y1, x))),
+        Op::SpecialErfcx => one(ew::float_unary(cx, special::erfcx)),
+        Op::SpecialI0e => one(ew::float_unary(cx, special::i0e)),
+        Op::SpecialI1 | Op::SpecialModifiedBesselI1 => one(ew::float_unary(cx, special::i1)),
+        Op::SpecialI1e => one(ew::float_unary(cx, special::i1e)),
+        Op::SpecialLogNdtr => one(ew::float_unary(cx, special::log_ndtr)),
+        Op::SpecialModifiedBesselK0 => one(ew::float_unary(cx, |x| special::kn(0, x))),
+        Op::SpecialModifiedBesselK1 => one(ew::float_unary(cx, |x| special::kn(1, x))),
+        Op::SpecialNdtri => one(ew::float_unary(cx, special::ndtri)),
+        Op::SpecialScaledModifiedBesselK0 => one(ew::float_unary(cx, |x| special::kne(0, x))),
+        Op::SpecialScaledModifiedBesselK1 => one(ew::float_unary(cx, |x| special::kne(1, x))),
+        Op::SpecialSphericalBesselJ0 => one(ew::float_unary(cx, special::spherical_bessel_j0)),
+        Op::SpecialZeta => one(ew::float_binary(cx, special::zeta)),
+        Op::CopysignTensor => one(ew::float_binary(cx, f64::copysign)),
+        Op::Signbit => one(ew::signbit(cx)),
+        Op::Nextafter => {
+            let d = cx.out_dtype();
+            if !d.is_float() {
+                return Err(format!("nextafter needs floating operands, found {d}"));
+            }
+            one(ew::float_binary(cx, |a, b| special::nextafter(d, a, b)))
+        }
+        Op::SpecialChebyshevPolynomialT => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::ChebyshevT, x, n)
+        })),
+        Op::SpecialChebyshevPolynomialU => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::ChebyshevU, x, n)
+        })),
+        Op::SpecialChebyshevPolynomialV => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::ChebyshevV, x, n)
+        })),
+        Op::SpecialChebyshevPolynomialW => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::ChebyshevW, x, n)
+        })),
+        Op::SpecialHermitePolynomialH => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::HermiteH, x, n)
+        })),
+        Op::SpecialHermitePolynomialHe => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::HermiteHe, x, n)
+        })),
+        Op::SpecialLaguerrePolynomialL => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::LaguerreL, x, n)
+        })),
+        Op::SpecialLegendrePolynomialP => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::LegendreP, x, n)
+        })),
+        Op::SpecialShiftedChebyshevPolynomialT => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::ChebyshevT, x + x - 1.0, n)
+        })),
+        Op::SpecialShiftedChebyshevPolynomialU => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::ChebyshevU, x + x - 1.0, n)
+        })),
+        Op::SpecialShiftedChebyshevPolynomialV => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::ChebyshevV, x + x - 1.0, n)
+        })),
+        Op::SpecialShiftedChebyshevPolynomialW => one(ew::float_binary(cx, |x, n| {
+            special::polynomial(Poly::ChebyshevW, x + x - 1.0, n)
+        })),
     }
 }

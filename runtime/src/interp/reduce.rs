@@ -248,8 +248,9 @@ pub(crate) fn max_min_dim(cx: &Ctx, max: bool) -> R<Vec<Tensor>> {
     Ok(vec![values, indices])
 }
 
-/// `cumsum(self, dim, dtype)`: accumulates in `f64`/`i64`, rounding each prefix sum.
-pub(crate) fn cumsum(cx: &Ctx) -> R<Tensor> {
+/// `cumsum`/`cumprod(self, dim, dtype)` (`prod`): floats accumulate in `f64` with each prefix
+/// rounded to the result dtype (as ATen's CPU kernels accumulate in double), integers wrap.
+pub(crate) fn cumulative(cx: &Ctx, prod: bool) -> R<Tensor> {
     let d = cx.out_dtype();
     let x = cx.t("self")?.cast(d);
     let dim = norm_dim(cx.int("dim")?, x.rank())?;
@@ -260,9 +261,10 @@ pub(crate) fn cumsum(cx: &Ctx) -> R<Tensor> {
         let mut out = vec![0.0; v.len()];
         for o in 0..outer {
             for n in 0..inner {
-                let mut acc = 0.0;
+                let mut acc = if prod { 1.0 } else { 0.0 };
                 for i in 0..len {
-                    acc += v[at(o, i, n)];
+                    let e = v[at(o, i, n)];
+                    acc = if prod { acc * e } else { acc + e };
                     out[at(o, i, n)] = acc;
                 }
             }
@@ -273,15 +275,113 @@ pub(crate) fn cumsum(cx: &Ctx) -> R<Tensor> {
         let mut out = vec![0; v.len()];
         for o in 0..outer {
             for n in 0..inner {
-                let mut acc = 0i64;
+                let mut acc = i64::from(prod);
                 for i in 0..len {
-                    acc = acc.wrapping_add(v[at(o, i, n)]);
+                    let e = v[at(o, i, n)];
+                    acc = if prod {
+                        acc.wrapping_mul(e)
+                    } else {
+                        acc.wrapping_add(e)
+                    };
                     out[at(o, i, n)] = acc;
                 }
             }
         }
         Ok(Tensor::from_i64s(d, x.shape, out))
     }
+}
+
+/// `cummax`/`cummin(self, dim)` (`max`): the running extremum and the index it came from; as
+/// ATen, an element equal to the running one takes its place (the later index), and NaN takes
+/// the place of anything (a later NaN too).
+pub(crate) fn cumulative_extremum(cx: &Ctx, max: bool) -> R<Vec<Tensor>> {
+    let x = cx.t("self")?;
+    let dim = norm_dim(cx.int("dim")?, x.rank())?;
+    let (outer, len, inner) = lanes(&x.shape, dim);
+    let at = |o: usize, i: usize, n: usize| (o * len + i) * inner + n;
+    let v = x.f64s();
+    let ints = x.i64s();
+    let float = x.dtype.is_float();
+    let mut src = vec![0usize; v.len()];
+    let mut ind = vec![0i64; v.len()];
+    for o in 0..outer {
+        for n in 0..inner {
+            let mut best = 0;
+            for i in 0..len {
+                let (e, b) = (at(o, i, n), at(o, best, n));
+                let take = if float {
+                    let (xe, xb) = (v[e], v[b]);
+                    xe.is_nan() || (!xb.is_nan() && if max { xe >= xb } else { xe <= xb })
+                } else if max {
+                    ints[e] >= ints[b]
+                } else {
+                    ints[e] <= ints[b]
+                };
+                if i == 0 || take {
+                    best = i;
+                }
+                src[e] = at(o, best, n);
+                ind[e] = best as i64;
+            }
+        }
+    }
+    Ok(vec![
+        x.take(x.shape.clone(), &src),
+        Tensor::from_i64s(DType::I64, x.shape.clone(), ind),
+    ])
+}
+
+/// The `bins + 1` edges of `histc` as ATen's `linspace` computes them in dtype `d`: the first
+/// half counted up from `lo`, the second down from `hi`, each step rounded to `d`.
+pub(crate) fn histc_edges(d: DType, lo: f64, hi: f64, bins: usize) -> Vec<f64> {
+    let r = |x: f64| super::tensor::round_float(d, x);
+    let step = r((hi - lo) / bins as f64);
+    let half = bins.div_ceil(2);
+    (0..=bins)
+        .map(|i| {
+            if i < half {
+                r(lo + r(step * i as f64))
+            } else {
+                r(hi - r(step * (bins - i) as f64))
+            }
+        })
+        .collect()
+}
+
+/// `histc(self, bins, min, max)`: counts of the elements in `bins` equal bins over `[min, max]`
+/// (the data's own range where `min == max`, widened by 1 each side if that is one value);
+/// elements outside the range and NaN are not counted, the last bin includes its right edge.
+pub(crate) fn histc(cx: &Ctx) -> R<Tensor> {
+    let x = cx.t("self")?;
+    let d = cx.out_dtype();
+    let bins = to_usize(cx.int("bins")?, "bins")?;
+    let r = |v: f64| super::tensor::round_float(d, v);
+    let (mut lo, mut hi) = (r(cx.scalar("min")?.f64()), r(cx.scalar("max")?.f64()));
+    let v = x.f64s();
+    if lo == hi && !v.is_empty() {
+        lo = v.iter().copied().fold(f64::INFINITY, fmin_nan);
+        hi = v.iter().copied().fold(f64::NEG_INFINITY, fmax_nan);
+    }
+    if lo == hi {
+        lo -= 1.0;
+        hi += 1.0;
+    }
+    if !(lo.is_finite() && hi.is_finite()) {
+        return Err(format!("range of [{lo}, {hi}] is not finite"));
+    }
+    if lo > hi {
+        return Err(format!("max ({hi}) must be larger than min ({lo})"));
+    }
+    let edges = histc_edges(d, lo, hi, bins);
+    let mut counts = vec![0.0; bins];
+    for &e in &v {
+        if !(e >= lo && e <= hi) {
+            continue;
+        }
+        let pos = edges.partition_point(|&b| b <= e).saturating_sub(1);
+        counts[pos.min(bins - 1)] += 1.0;
+    }
+    Ok(Tensor::from_f64s(d, vec![bins], counts))
 }
 
 /// `_softmax`/`_log_softmax(self, dim, half_to_float)`: subtracts the lane maximum first.

@@ -588,6 +588,31 @@ pub(crate) fn to_copy(cx: &Ctx) -> R<Tensor> {
     Ok(cx.t("self")?.cast(cx.out_dtype()))
 }
 
+/// `unfold(self, dimension, size, step)`: windows along `dimension` as a new last dimension.
+pub(crate) fn unfold(cx: &Ctx) -> R<Tensor> {
+    let x = cx.t("self")?;
+    let shape = cx.out_shape();
+    let (size, step) = (
+        to_usize(cx.int("size")?, "size")?,
+        to_usize(cx.int("step")?, "step")?,
+    );
+    if x.rank() == 0 {
+        return Ok(x.take(shape, &vec![0; size]));
+    }
+    let d = norm_dim(cx.int("dimension")?, x.rank())?;
+    let st = strides(&x.shape);
+    let mut idx = Vec::with_capacity(numel(&shape));
+    for_each_index(&shape, |ix| {
+        let (win, j) = (&ix[..ix.len() - 1], ix[ix.len() - 1]);
+        let mut flat = 0;
+        for (k, (&w, &s)) in win.iter().zip(&st).enumerate() {
+            flat += if k == d { w * step + j } else { w } * s;
+        }
+        idx.push(flat);
+    });
+    Ok(x.take(shape, &idx))
+}
+
 /// Spatial geometry helper shared with nn ops: `ints_n` on a named argument.
 pub(crate) fn ints_arg(cx: &Ctx, name: &str, n: usize) -> R<Vec<i64>> {
     ints_n(&cx.ints(name)?, n, name)

@@ -1792,6 +1792,1233 @@ pub fn cases() -> Vec<Case> {
             tol: 1e-09,
         },
         Case {
+            name: "cumprod",
+            target: "aten.cumprod.default",
+            inputs: vec![
+                ("self", DType::F64, vec![2, 3, 4], 101, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![2, 3, 4], vec![1.25, -0.25, 1.5, 0.0, -1.875, -0.0625, -1.875, 0.0, 1.875, -0.046875, 1.40625, 0.0, -0.5, 1.25, -0.25, 1.5, -0.0, -1.875, -0.0625, -1.875, -0.0, 1.875, -0.046875, 1.40625]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cumprod_int",
+            target: "aten.cumprod.default",
+            inputs: vec![
+                ("self", DType::I64, vec![2, 5], 0, Some(vec![2.0, -3.0, 1.0, 4.0, 0.0, 7.0, 1.0, 2.0, -1.0, 3.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(-1)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 5], vec![2.0, -6.0, -6.0, -24.0, 0.0, 7.0, 7.0, 14.0, -14.0, -42.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cumprod_dtype",
+            target: "aten.cumprod.default",
+            inputs: vec![
+                ("self", DType::I32, vec![6], 0, Some(vec![2.0, -3.0, 1.0, 4.0, 5.0, 7.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+                ("dtype", Arg::DType(DType::F64)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![6], vec![2.0, -6.0, -6.0, -24.0, -120.0, -840.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "histc_range",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![0.1, -1.0, 1.0, 0.5, 2.0, f64::NAN, -0.25, 0.999, -1.5, 0.0, 0.75, 1.0])),
+            ],
+            args: vec![
+                ("bins", Arg::Int(4)),
+                ("min", Arg::Float(-1.0)),
+                ("max", Arg::Float(1.0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![4], vec![1.0, 1.0, 2.0, 5.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "histc_data_range",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F64, vec![3, 4], 102, None),
+            ],
+            args: vec![
+                ("bins", Arg::Int(5)),
+                ("min", Arg::Int(0)),
+                ("max", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![5], vec![3.0, 2.0, 3.0, 1.0, 3.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "histc_one_value",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F64, vec![3], 0, Some(vec![2.0, 2.0, 2.0])),
+            ],
+            args: vec![
+                ("bins", Arg::Int(3)),
+                ("min", Arg::Int(0)),
+                ("max", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![3], vec![0.0, 3.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "round_decimals_2",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F64, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![8], vec![1.23, -1.24, 2.5, 1234.5, -0.01, 0.12, 0.0, 987.65]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "round_decimals_neg",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F64, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(-2)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![8], vec![0.0, -0.0, 0.0, 1200.0, -0.0, 0.0, 0.0, 1000.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "round_decimals_0",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F64, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![8], vec![1.0, -1.0, 2.0, 1234.0, -0.0, 0.0, 0.0, 988.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "unfold",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F64, vec![3, 7], 103, None),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(1)),
+                ("size", Arg::Int(3)),
+                ("step", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![3, 3, 3], vec![0.5, -1.0, 0.75, 0.75, -0.75, 1.0, 1.0, -0.5, 1.25, -0.25, 1.5, 0.0, 0.0, -1.5, 0.25, 0.25, -1.25, 0.5, -1.0, 0.75, -0.75, -0.75, 1.0, -0.5, -0.5, 1.25, -0.25]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "unfold_dim0",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F64, vec![5, 2, 2], 104, None),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(-3)),
+                ("size", Arg::Int(2)),
+                ("step", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![4, 2, 2, 2], vec![-1.5, -1.0, 0.25, 0.75, -1.25, -0.75, 0.5, 1.0, -1.0, -0.5, 0.75, 1.25, -0.75, -0.25, 1.0, 1.5, -0.5, 0.0, 1.25, -1.5, -0.25, 0.25, 1.5, -1.25, 0.0, 0.5, -1.5, -1.0, 0.25, 0.75, -1.25, -0.75]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "unfold_0d",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F64, vec![], 0, Some(vec![1.5])),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(0)),
+                ("size", Arg::Int(1)),
+                ("step", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![1], vec![1.5]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "sort_stable",
+            target: "aten.sort.stable",
+            inputs: vec![
+                ("self", DType::F64, vec![3, 4], 0, Some(vec![1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 2.0, 1.0, f64::NAN, 0.0, -1.0, f64::NAN])),
+            ],
+            args: vec![
+                ("stable", Arg::Bool(true)),
+                ("dim", Arg::Int(1)),
+                ("descending", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![3, 4], vec![1.0, 1.0, 0.0, 0.0, 2.0, 2.0, 2.0, 1.0, f64::NAN, f64::NAN, 0.0, -1.0]),
+                (DType::I64, vec![3, 4], vec![0.0, 2.0, 1.0, 3.0, 0.0, 1.0, 2.0, 3.0, 0.0, 3.0, 1.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "lift_fresh_copy",
+            target: "aten.lift_fresh_copy.default",
+            inputs: vec![
+                ("self", DType::F64, vec![2, 3], 105, None),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![2, 3], vec![-0.25, 1.5, 0.0, -1.5, 0.25, -1.25]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "tril_indices_4_3_0",
+            target: "aten.tril_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(4)),
+                ("col", Arg::Int(3)),
+                ("offset", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 9], vec![0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "tril_indices_3_5_1",
+            target: "aten.tril_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(3)),
+                ("col", Arg::Int(5)),
+                ("offset", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 9], vec![0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 3.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "tril_indices_5_4_-2",
+            target: "aten.tril_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(5)),
+                ("col", Arg::Int(4)),
+                ("offset", Arg::Int(-2)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 6], vec![2.0, 3.0, 3.0, 4.0, 4.0, 4.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "tril_indices_0_3_0",
+            target: "aten.tril_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(0)),
+                ("col", Arg::Int(3)),
+                ("offset", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 0], vec![]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "tril_indices_3_3_7",
+            target: "aten.tril_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(3)),
+                ("col", Arg::Int(3)),
+                ("offset", Arg::Int(7)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 9], vec![0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "triu_indices_4_3_0",
+            target: "aten.triu_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(4)),
+                ("col", Arg::Int(3)),
+                ("offset", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 1.0, 1.0, 2.0, 0.0, 1.0, 2.0, 1.0, 2.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "triu_indices_3_5_1",
+            target: "aten.triu_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(3)),
+                ("col", Arg::Int(5)),
+                ("offset", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 9], vec![0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 1.0, 2.0, 3.0, 4.0, 2.0, 3.0, 4.0, 3.0, 4.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "triu_indices_5_4_-2",
+            target: "aten.triu_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(5)),
+                ("col", Arg::Int(4)),
+                ("offset", Arg::Int(-2)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 17], vec![0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 0.0, 1.0, 2.0, 3.0, 0.0, 1.0, 2.0, 3.0, 0.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 2.0, 3.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "triu_indices_0_3_0",
+            target: "aten.triu_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(0)),
+                ("col", Arg::Int(3)),
+                ("offset", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 0], vec![]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "triu_indices_3_3_7",
+            target: "aten.triu_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(3)),
+                ("col", Arg::Int(3)),
+                ("offset", Arg::Int(7)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 0], vec![]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "tril_indices_i32",
+            target: "aten.tril_indices.default",
+            inputs: vec![
+            ],
+            args: vec![
+                ("row", Arg::Int(3)),
+                ("col", Arg::Int(3)),
+                ("offset", Arg::Int(0)),
+                ("dtype", Arg::DType(DType::I32)),
+            ],
+            outputs: vec![
+                (DType::I32, vec![2, 6], vec![0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "sp_lgamma",
+            target: "aten.lgamma.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY, 0.5723649429247001, -0.05624371649767405, 0.6931471805599453, 6.907178885383853, -7.54188344347575, 18.734347511936445, 88.58082754219768]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_digamma",
+            target: "aten.digamma.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::INFINITY, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.9635100260214229, 1.1031566406452433, 0.922784335098467, -1000.5755719318104, 5.189977214956288, 2.4851956512749123, 3.5409943255439]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_erfc",
+            target: "aten.erfc.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, 0.0, 2.0, 1.0, 1.0, 0.4795001221869535, 1.999593047982555, 2.209049699858544e-05, 0.9988716212090307, 2.0, 6.231942781979911e-70, 0.0]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_erfinv",
+            target: "aten.erfinv.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, -1.0, 1.0, 1.5, -0.0, 1e-09, -0.3, 0.5, 0.7, -0.95, 0.999, -0.99999])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NEG_INFINITY, f64::INFINITY, f64::NAN, -0.0, 8.86226925452758e-10, -0.2724627147267543, 0.4769362762044699, 0.7328690779592167, -1.3859038243496777, 2.3267537655135246, -3.123413274341571]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_exp2",
+            target: "aten.exp2.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::INFINITY, 0.0, 1.0, 1.0, 1.4142135623730951, 0.1767766952966369, 8.0, 1.0006933874625807, 0.0065695032441696445, 5792.618751480198, 34359738368.0]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_i0",
+            target: "aten.i0.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 1.0, 1.0, 1.0634833707413236, 3.289839144050123, 4.880792585865024, 1.0000002500000158, 212.55834116279757, 30596.335155785157, 107338818494514.08]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_i0e",
+            target: "aten.special_i0e.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, 0.0, 0.0, 1.0, 1.0, 0.6450352704491501, 0.27004644161220276, 0.24300035416182536, 0.9990007495835156, 0.1509534900286758, 0.1140219294622889, 0.06767837835041363]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_i1",
+            target: "aten.special_i1.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 0.0, 0.0, 0.25789430539089636, -2.5167162452886984, 3.9533702174026093, 0.0005000000625000028, -197.3015658656382, 29345.74964207113, 105794126051896.27]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_i1e",
+            target: "aten.special_i1e.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, 0.0, -0.0, 0.0, 0.0, 0.15642080318487173, -0.20658464953126654, 0.19682671329730084, 0.0004995003123542215, -0.14011851895630753, 0.10936143099065089, 0.06670443172949143]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_modified_bessel_i0",
+            target: "aten.special_modified_bessel_i0.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 1.0, 1.0, 1.0634833707413236, 3.289839144050123, 4.880792585865024, 1.0000002500000158, 212.55834116279757, 30596.335155785157, 107338818494514.08]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_modified_bessel_i1",
+            target: "aten.special_modified_bessel_i1.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 0.0, 0.0, 0.25789430539089636, -2.5167162452886984, 3.9533702174026093, 0.0005000000625000028, -197.30156586563817, 29345.74964207113, 105794126051896.27]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_modified_bessel_k0",
+            target: "aten.special_modified_bessel_k0.default",
+            inputs: vec![
+                ("self", DType::F64, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![13], vec![f64::NAN, 0.0, f64::INFINITY, 7.0236888005623825, 1.5415067512483027, 0.924419071227666, 0.4210244382407082, 0.21380556264752565, 0.1138938727495334, 0.00024917761635611437, 2.1324774964630563e-14, 2.5251198425054717e-36, f64::NAN]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_modified_bessel_k1",
+            target: "aten.special_modified_bessel_k1.default",
+            inputs: vec![
+                ("self", DType::F64, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![13], vec![f64::NAN, 0.0, f64::INFINITY, 999.9962381560855, 3.747025974440712, 1.6564411200033007, 0.6019072301972346, 0.27738780045684397, 0.13986588181652246, 0.00026529739012528955, 2.1677320018915495e-14, 2.5408531275211695e-36, f64::NAN]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_scaled_modified_bessel_k0",
+            target: "aten.special_scaled_modified_bessel_k0.default",
+            inputs: vec![
+                ("x", DType::F64, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![13], vec![f64::NAN, 0.0, f64::INFINITY, 7.030716002378253, 1.9793338485985683, 1.5241093857739099, 1.1444630798068944, 0.9582100532948961, 0.8415682150707712, 0.45052369910491563, 0.22788666561625373, 0.13990735522662032, f64::NAN]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_scaled_modified_bessel_k1",
+            target: "aten.special_scaled_modified_bessel_k1.default",
+            inputs: vec![
+                ("x", DType::F64, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![13], vec![f64::NAN, 0.0, f64::INFINITY, 1000.9967345590684, 4.811276588171025, 2.7310097082117855, 1.636153486263258, 1.2431658735525537, 1.0334768470686888, 0.47966893379102066, 0.2316541293777118, 0.1407790771380005, f64::NAN]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_bessel_j0",
+            target: "aten.special_bessel_j0.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 1.0, 1.0, 0.938469807240813, -0.048383776468256645, -0.2600519549074645, 0.9999997500000155, 0.29199692560095125, 0.14688405469441415, -0.12684568275631272]),
+            ],
+            tol: 1e-07,
+        },
+        Case {
+            name: "sp_special_bessel_j1",
+            target: "aten.special_bessel_j1.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, -0.0, 0.0, 0.24226845767487387, -0.4970941024644698, 0.3390589585282922, 0.0004999999375000026, -0.06858171786090907, -0.16548380460322024, 0.043990942179625514]),
+            ],
+            tol: 1e-07,
+        },
+        Case {
+            name: "sp_special_bessel_y0",
+            target: "aten.special_bessel_y0.default",
+            inputs: vec![
+                ("self", DType::F64, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![13], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, -4.471416611375923, -0.9315730249300588, -0.4445187335067066, 0.08825696421567697, 0.3824489237977592, 0.5103756726497742, 0.11731328137254243, -0.11729573168666393, -0.055620339089770196, f64::NAN]),
+            ],
+            tol: 1e-07,
+        },
+        Case {
+            name: "sp_special_bessel_y1",
+            target: "aten.special_bessel_y1.default",
+            inputs: vec![
+                ("self", DType::F64, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![13], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, -636.6221672311395, -2.7041052293152825, -1.4714723926702433, -0.7812128213002888, -0.41230862697391135, -0.10703243154093531, -0.2591285055701094, 0.08442557066174709, 0.0693959137845884, f64::NAN]),
+            ],
+            tol: 1e-07,
+        },
+        Case {
+            name: "sp_special_spherical_bessel_j0",
+            target: "aten.special_spherical_bessel_j0.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, 0.0, 0.0, 1.0, 1.0, 0.958851077208406, 0.23938885764158263, 0.0470400026866224, 0.9999998333333416, 0.11352839710503525, -0.005305751788096055, -0.012233790557032886]),
+            ],
+            tol: 1e-07,
+        },
+        Case {
+            name: "sp_special_ndtri",
+            target: "aten.special_ndtri.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, 0.0, 1.0, 1.5, -0.1, 1e-300, 1e-10, 0.025, 0.3, 0.5, 0.975, 0.999999])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NEG_INFINITY, f64::INFINITY, f64::NAN, f64::NAN, -37.0470962993612, -6.361340902404056, -1.9599639845400545, -0.5244005127080409, 0.0, 1.959963984540054, 4.753424308817087]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_log_ndtr",
+            target: "aten.special_log_ndtr.default",
+            inputs: vec![
+                ("self", DType::F64, vec![14], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0, -40.0, 8.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![14], vec![f64::NAN, -0.0, f64::NEG_INFINITY, -0.6931471805599453, -0.6931471805599453, -0.36894641528865635, -5.081648277278691, -0.0013508099647481923, -0.6923496142726883, -29.199385149405355, -3.732564298877692e-36, -1.1249107064723554e-268, -804.6084420137539, -6.220960574271758e-16]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "sp_special_erfcx",
+            target: "aten.special_erfcx.default",
+            inputs: vec![
+                ("self", DType::F64, vec![14], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0, -30.0, 100000.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![14], vec![f64::NAN, 0.0, f64::INFINITY, 1.0, 1.0, 0.6156903441929258, 1035.8148429726227, 0.17900115118138998, 0.9988726200811509, 1.3447256865019581e+23, 0.04499209900102792, 0.01611313095681598, f64::INFINITY, 5.6418958351954685e-06]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "wide_i0",
+            target: "aten.i0.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::INFINITY, 781672297823.9775, 683.1619269901155, 427.56411572180474, 6.242630465183029, 1.0025015629340956, 1.0025015629340956, 2.279585302336067, 389.406283282158, 469.5006067101214, 2.9325537838493355e+20, 2.262050552655472e+304]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "wide_special_i0e",
+            target: "aten.special_i0e.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![0.014106945005869183, 0.0731459464822373, 0.13900184305484758, 0.1434317818568503, 0.23024798447142647, 0.9071009257823011, 0.9071009257823011, 0.308508322553671, 0.14436986414104191, 0.14251180948829525, 0.056561626647454184, 0.015027701660471413]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "wide_special_i1",
+            target: "aten.special_i1.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NEG_INFINITY, -768532038938.9569, -641.6199025400667, -399.8731367825599, -5.180958855355929, -0.050062526047092694, 0.050062526047092694, 1.5906368546373295, 363.8539440845084, 439.48430891035844, 2.9030785901035566e+20, 2.2604456917770573e+304]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "wide_special_i1e",
+            target: "aten.special_i1e.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-0.014098125406526996, -0.07191633059864755, -0.13054935509459586, -0.13414249329269812, -0.19109017276102955, -0.045298446808809324, 0.045298446808809324, 0.2152692892489377, 0.13489649943989376, 0.13340068832583662, 0.055993123892895395, 0.015017039931245656]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "polygamma_0",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::INFINITY, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.9635100260214229, 1.1031566406452433, 0.922784335098467, -1000.5755719318104, 5.189977214956288, 2.4851956512749123, 3.5409943255439]),
+            ],
+            tol: 1e-11,
+        },
+        Case {
+            name: "polygamma_1",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, 0.0, f64::NAN, f64::INFINITY, f64::INFINITY, 4.934802202073678, 9.53924664493752, 0.39493406693194577, 1000001.6425331949, 19.610354539291905, 0.08328522460170883, 0.02898347847164163]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "polygamma_2",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, -16.828796644234316, -0.1082040516417282, -0.15411380631918856, -2000000002.3976321, 124.00852603656571, -0.006932436585788242, -0.0008399832496836185]),
+            ],
+            tol: 1e-11,
+        },
+        Case {
+            name: "polygamma_3",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(3)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::INFINITY, f64::INFINITY, f64::INFINITY, 97.40909103400242, 194.74787621918756, 0.11893940226682916, 6000000000006.467, 1558.5411952034044, 0.0011534128049134052, 4.868446118041978e-05]),
+            ],
+            tol: 1e-11,
+        },
+        Case {
+            name: "polygamma_4",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F64, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(4)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, -771.474249826668, -0.06799599950675606, -0.13626612344087827, -2.4000000000000024e+16, 24481.573142242185, -0.00028769142258538706, -4.232247063692473e-06]),
+            ],
+            tol: 1e-11,
+        },
+        Case {
+            name: "special_zeta",
+            target: "aten.special_zeta.default",
+            inputs: vec![
+                ("self", DType::F64, vec![10], 0, Some(vec![1.0, 0.5, 2.0, 2.0, 3.5, 2.0, 4.0, 10.0, 2.0, 1.5])),
+                ("other", DType::F64, vec![10], 0, Some(vec![1.0, 1.0, -1.0, -1.5, -1.5, 0.001, 0.25, 3.0, 1000000.0, 50.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![10], vec![f64::INFINITY, f64::NAN, f64::INFINITY, 9.379246644989124, f64::NAN, 1000001.6425331959, 256.4636906681982, 1.8012627818085337e-05, 1.0000005000001667e-06, 0.28426399669242225]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "igamma",
+            target: "aten.igamma.default",
+            inputs: vec![
+                ("self", DType::F64, vec![10], 0, Some(vec![0.5, 1.0, 2.0, 5.0, 0.1, 30.0, 0.0, -1.0, 3.0, 100.0])),
+                ("other", DType::F64, vec![10], 0, Some(vec![0.5, 2.0, 1.0, 3.0, 0.01, 25.0, 1.0, 1.0, 0.0, 110.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![10], vec![0.6826894921370859, 0.8646647167633873, 0.2642411176571153, 0.18473675547622787, 0.6626212599544801, 0.18210391575658647, 1.0, f64::NAN, 0.0, 0.8417213298269008]),
+            ],
+            tol: 1e-08,
+        },
+        Case {
+            name: "igammac",
+            target: "aten.igammac.default",
+            inputs: vec![
+                ("self", DType::F64, vec![10], 0, Some(vec![0.5, 1.0, 2.0, 5.0, 0.1, 30.0, 0.0, -1.0, 3.0, 100.0])),
+                ("other", DType::F64, vec![10], 0, Some(vec![0.5, 2.0, 1.0, 3.0, 0.01, 25.0, 1.0, 1.0, 0.0, 110.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![10], vec![0.3173105078629141, 0.1353352832366127, 0.7357588823428847, 0.8152632445237722, 0.33737874004551993, 0.8178960842434135, 0.0, f64::NAN, 1.0, 0.1582786701730992]),
+            ],
+            tol: 1e-08,
+        },
+        Case {
+            name: "searchsorted_right0",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F64, vec![6], 0, Some(vec![-1.0, 0.0, 0.0, 0.5, 2.0, f64::NAN])),
+                ("self", DType::F64, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("right", Arg::Bool(false)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 4], vec![1.0, 0.0, 3.0, 6.0, 6.0, 3.0, 6.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "searchsorted_right1",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F64, vec![6], 0, Some(vec![-1.0, 0.0, 0.0, 0.5, 2.0, f64::NAN])),
+                ("self", DType::F64, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("right", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 4], vec![3.0, 0.0, 6.0, 6.0, 6.0, 3.0, 6.0, 1.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "searchsorted_batched_side",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F64, vec![2, 3], 0, Some(vec![0.0, 1.0, 2.0, -3.0, -2.0, 5.0])),
+                ("self", DType::F64, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("side", Arg::Str("right".into())),
+                ("out_int32", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::I32, vec![2, 4], vec![1.0, 0.0, 1.0, 3.0, 3.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "searchsorted_sorter",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F64, vec![4], 0, Some(vec![3.0, 1.0, 2.0, 0.0])),
+                ("self", DType::F64, vec![5], 0, Some(vec![1.5, 0.0, 3.0, 9.0, -1.0])),
+                ("sorter", DType::I64, vec![4], 0, Some(vec![3.0, 1.0, 2.0, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::I64, vec![5], vec![2.0, 0.0, 3.0, 4.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "searchsorted_int",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::I64, vec![4], 0, Some(vec![1.0, 3.0, 3.0, 9.0])),
+                ("self", DType::I64, vec![5], 0, Some(vec![3.0, 0.0, 9.0, 10.0, 2.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::I64, vec![5], vec![1.0, 0.0, 3.0, 4.0, 1.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "poly_chebyshev_polynomial_t",
+            target: "aten.special_chebyshev_polynomial_t.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-1.0, 1.0, 0.0, -0.8200000000000001, -0.7548352000000009, 9.0, 97.0, 0.859400122001495, f64::NAN, 0.0, 0.8168945312500002, 0.5329295360000004]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_chebyshev_polynomial_u",
+            target: "aten.special_chebyshev_polynomial_u.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-4.0, 5.0, 0.0, -0.64, -0.11191040000000067, 21.0, 209.0, 12.283920867943365, f64::NAN, 0.0, 0.9658203124999999, 0.9022238719999996]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_chebyshev_polynomial_v",
+            target: "aten.special_chebyshev_polynomial_v.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-7.0, 1.0, -1.0, -1.24, 0.8065535999999992, 13.0, 265.0, 0.8479641652988504, f64::NAN, 0.0, 0.370117187499999, 1.825459712]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_chebyshev_polynomial_w",
+            target: "aten.special_chebyshev_polynomial_w.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-1.0, 9.0, 1.0, -0.03999999999999998, -1.0303744000000001, 29.0, 153.0, 23.71987757058788, f64::NAN, 0.0, 1.5615234375000004, -0.021011968000000072]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_hermite_polynomial_h",
+            target: "aten.special_hermite_polynomial_h.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![4.0, -20.0, 0.0, -1.6400000000000001, 238.86472960000006, 9.0, 76.0, 275229.83799013606, f64::NAN, 0.0, -12875.9755859375, -7415.526883327999]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_hermite_polynomial_he",
+            target: "aten.special_hermite_polynomial_he.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![2.0, -2.0, 0.0, -0.91, 40.9321157, -1.125, -5.0, -12451.151750225323, f64::NAN, 0.0, -661.8390645980835, -301.171999744]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_laguerre_polynomial_l",
+            target: "aten.special_laguerre_polynomial_l.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![5.666666666666667, -0.625, 1.0, 0.445, 13.426551566527776, -0.6875, 27.0, 0.49601630906535704, f64::NAN, 0.0, -0.3740513223606758, 8.521641716531928]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_legendre_polynomial_p",
+            target: "aten.special_legendre_polynomial_p.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-1.0, 1.0, 0.0, -0.365, -0.1501552937500002, 6.1875, 55.375, 0.923489043653365, f64::NAN, 0.0, 0.22120021656155586, 0.18876356]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_shifted_chebyshev_polynomial_t",
+            target: "aten.special_shifted_chebyshev_polynomial_t.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-99.0, 1.0, -1.0, -0.6799999999999999, -21192.622233599992, 26.0, 4801.0, 0.7254742010330997, f64::NAN, 0.0, -0.5000000000000034, -22995.398251008006]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_shifted_chebyshev_polynomial_u",
+            target: "aten.special_shifted_chebyshev_polynomial_u.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-204.0, 5.0, -6.0, -0.35999999999999993, -44505.31614719999, 56.0, 9701.0, 11.5913220308831, f64::NAN, 0.0, -1.000000000000001, -50651.40235161601]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_shifted_chebyshev_polynomial_v",
+            target: "aten.special_shifted_chebyshev_polynomial_v.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-239.0, 1.0, -11.0, 0.4400000000000001, -54218.938611199985, 41.0, 10681.0, 0.7036989548810957, f64::NAN, 0.0, -2.0000000000000004, -66015.849074176]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "poly_shifted_chebyshev_polynomial_w",
+            target: "aten.special_shifted_chebyshev_polynomial_w.default",
+            inputs: vec![
+                ("x", DType::F64, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F64, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![12], vec![-169.0, 9.0, -1.0, -1.16, -34791.693683199985, 71.0, 8721.0, 22.47894510688511, f64::NAN, 0.0, -3.1124501748083564e-15, -35286.955629056014]),
+            ],
+            tol: 1e-12,
+        },
+        Case {
+            name: "copysign",
+            target: "aten.copysign.Tensor",
+            inputs: vec![
+                ("self", DType::F64, vec![8], 0, Some(vec![1.5, -2.0, 0.0, -0.0, f64::INFINITY, f64::NAN, 3.0, -1.0])),
+                ("other", DType::F64, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![8], vec![-1.5, 2.0, -0.0, 0.0, f64::NEG_INFINITY, f64::NAN, -3.0, 1.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "signbit",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::F64, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![8], vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "signbit_int",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::I64, vec![4], 0, Some(vec![-3.0, 0.0, 5.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![4], vec![1.0, 0.0, 0.0, 1.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "nextafter",
+            target: "aten.nextafter.default",
+            inputs: vec![
+                ("self", DType::F64, vec![10], 0, Some(vec![1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, f64::INFINITY, 3.0, 65504.0, 0.0])),
+                ("other", DType::F64, vec![10], 0, Some(vec![2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, f64::INFINITY, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F64, vec![10], vec![1.0000000000000002, 0.9999999999999999, 5e-324, -5e-324, 9.999999999999999e-301, -2.5000000000000004, 1.7976931348623157e+308, 3.0, 65504.00000000001, -5e-324]),
+            ],
+            tol: 0.0,
+        },
+        Case {
+            name: "cummax_nan_ties",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F64, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![2, 6], vec![1.0, 3.0, 3.0, f64::NAN, f64::NAN, f64::NAN, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummax_dim0",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F64, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![4, 3], vec![1.0, -0.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummax_int",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::I64, vec![7], 0, Some(vec![2.0, 1.0, 2.0, 5.0, -3.0, 5.0, 0.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![7], vec![2.0, 2.0, 2.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![7], vec![0.0, 0.0, 2.0, 3.0, 3.0, 5.0, 5.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummin_nan_ties",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F64, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![2, 6], vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN, 5.0, -1.0, -1.0, -1.0, -1.0, -1.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummin_dim0",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F64, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F64, vec![4, 3], vec![1.0, -0.5, 1.25, -0.25, -0.5, 0.0, -1.5, -0.5, -1.25, -1.5, -1.0, -1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 2.0, 2.0, 3.0, 2.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
+            name: "cummin_int",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::I64, vec![7], 0, Some(vec![2.0, 1.0, 2.0, 5.0, -3.0, 5.0, 0.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![7], vec![2.0, 1.0, 1.0, 1.0, -3.0, -3.0, -3.0]),
+                (DType::I64, vec![7], vec![0.0, 1.0, 1.0, 1.0, 4.0, 4.0, 4.0]),
+            ],
+            tol: 1e-09,
+        },
+        Case {
             name: "conv2d_stride_pad_groups_f32",
             target: "aten.convolution.default",
             inputs: vec![
@@ -6040,6 +7267,2158 @@ pub fn cases() -> Vec<Case> {
             ],
             outputs: vec![
                 (DType::BF16, vec![4], vec![2.359375, -2.359375, 3.140625, -3.140625]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cumprod_f32",
+            target: "aten.cumprod.default",
+            inputs: vec![
+                ("self", DType::F32, vec![2, 3, 4], 101, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![2, 3, 4], vec![1.25, -0.25, 1.5, 0.0, -1.875, -0.0625, -1.875, 0.0, 1.875, -0.046875, 1.40625, 0.0, -0.5, 1.25, -0.25, 1.5, -0.0, -1.875, -0.0625, -1.875, -0.0, 1.875, -0.046875, 1.40625]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cumprod_f16",
+            target: "aten.cumprod.default",
+            inputs: vec![
+                ("self", DType::F16, vec![2, 3, 4], 101, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![2, 3, 4], vec![1.25, -0.25, 1.5, 0.0, -1.875, -0.0625, -1.875, 0.0, 1.875, -0.046875, 1.40625, 0.0, -0.5, 1.25, -0.25, 1.5, -0.0, -1.875, -0.0625, -1.875, -0.0, 1.875, -0.046875, 1.40625]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cumprod_bf16",
+            target: "aten.cumprod.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![2, 3, 4], 101, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![2, 3, 4], vec![1.25, -0.25, 1.5, 0.0, -1.875, -0.0625, -1.875, 0.0, 1.875, -0.046875, 1.40625, 0.0, -0.5, 1.25, -0.25, 1.5, -0.0, -1.875, -0.0625, -1.875, -0.0, 1.875, -0.046875, 1.40625]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "histc_range_f32",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![0.1, -1.0, 1.0, 0.5, 2.0, f64::NAN, -0.25, 0.999, -1.5, 0.0, 0.75, 1.0])),
+            ],
+            args: vec![
+                ("bins", Arg::Int(4)),
+                ("min", Arg::Float(-1.0)),
+                ("max", Arg::Float(1.0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![4], vec![1.0, 1.0, 2.0, 5.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "histc_range_f16",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![0.1, -1.0, 1.0, 0.5, 2.0, f64::NAN, -0.25, 0.999, -1.5, 0.0, 0.75, 1.0])),
+            ],
+            args: vec![
+                ("bins", Arg::Int(4)),
+                ("min", Arg::Float(-1.0)),
+                ("max", Arg::Float(1.0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![4], vec![1.0, 1.0, 2.0, 5.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "histc_range_bf16",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![0.1, -1.0, 1.0, 0.5, 2.0, f64::NAN, -0.25, 0.999, -1.5, 0.0, 0.75, 1.0])),
+            ],
+            args: vec![
+                ("bins", Arg::Int(4)),
+                ("min", Arg::Float(-1.0)),
+                ("max", Arg::Float(1.0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![4], vec![1.0, 1.0, 2.0, 5.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "histc_data_range_f32",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F32, vec![3, 4], 102, None),
+            ],
+            args: vec![
+                ("bins", Arg::Int(5)),
+                ("min", Arg::Int(0)),
+                ("max", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![5], vec![3.0, 2.0, 3.0, 1.0, 3.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "histc_data_range_f16",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F16, vec![3, 4], 102, None),
+            ],
+            args: vec![
+                ("bins", Arg::Int(5)),
+                ("min", Arg::Int(0)),
+                ("max", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![5], vec![3.0, 2.0, 3.0, 1.0, 3.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "histc_data_range_bf16",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![3, 4], 102, None),
+            ],
+            args: vec![
+                ("bins", Arg::Int(5)),
+                ("min", Arg::Int(0)),
+                ("max", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![5], vec![3.0, 2.0, 3.0, 1.0, 3.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "histc_one_value_f32",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F32, vec![3], 0, Some(vec![2.0, 2.0, 2.0])),
+            ],
+            args: vec![
+                ("bins", Arg::Int(3)),
+                ("min", Arg::Int(0)),
+                ("max", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![3], vec![0.0, 3.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "histc_one_value_f16",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::F16, vec![3], 0, Some(vec![2.0, 2.0, 2.0])),
+            ],
+            args: vec![
+                ("bins", Arg::Int(3)),
+                ("min", Arg::Int(0)),
+                ("max", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![3], vec![0.0, 3.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "histc_one_value_bf16",
+            target: "aten.histc.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![3], 0, Some(vec![2.0, 2.0, 2.0])),
+            ],
+            args: vec![
+                ("bins", Arg::Int(3)),
+                ("min", Arg::Int(0)),
+                ("max", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![3], vec![0.0, 3.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "round_decimals_2_f32",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F32, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![8], vec![1.2300000190734863, -1.2400000095367432, 2.5, 1234.5, -0.009999999776482582, 0.11999999731779099, 0.0, 987.6500244140625]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "round_decimals_2_f16",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F16, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![8], vec![1.23046875, -1.240234375, 2.5, 1234.0, -0.01000213623046875, 0.1199951171875, 0.0, 987.5]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "round_decimals_2_bf16",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::BF16, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![8], vec![1.2265625, -1.2265625, 2.5, 1232.0, -0.010009765625, 0.1201171875, 0.0, 988.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "round_decimals_neg_f32",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F32, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(-2)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![8], vec![0.0, -0.0, 0.0, 1200.0, -0.0, 0.0, 0.0, 1000.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "round_decimals_neg_f16",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F16, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(-2)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![8], vec![0.0, -0.0, 0.0, 1200.0, -0.0, 0.0, 0.0, 1000.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "round_decimals_neg_bf16",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::BF16, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(-2)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![8], vec![0.0, -0.0, 0.0, 1200.0, -0.0, 0.0, 0.0, 1000.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "round_decimals_0_f32",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F32, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![8], vec![1.0, -1.0, 2.0, 1234.0, -0.0, 0.0, 0.0, 988.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "round_decimals_0_f16",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::F16, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![8], vec![1.0, -1.0, 2.0, 1234.0, -0.0, 0.0, 0.0, 988.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "round_decimals_0_bf16",
+            target: "aten.round.decimals",
+            inputs: vec![
+                ("self", DType::BF16, vec![8], 0, Some(vec![1.2345, -1.2355, 2.5, 1234.5, -0.0149, 0.125, 1e-05, 987.654])),
+            ],
+            args: vec![
+                ("decimals", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![8], vec![1.0, -1.0, 2.0, 1232.0, -0.0, 0.0, 0.0, 988.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "unfold_f32",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F32, vec![3, 7], 103, None),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(1)),
+                ("size", Arg::Int(3)),
+                ("step", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![3, 3, 3], vec![0.5, -1.0, 0.75, 0.75, -0.75, 1.0, 1.0, -0.5, 1.25, -0.25, 1.5, 0.0, 0.0, -1.5, 0.25, 0.25, -1.25, 0.5, -1.0, 0.75, -0.75, -0.75, 1.0, -0.5, -0.5, 1.25, -0.25]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "unfold_f16",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F16, vec![3, 7], 103, None),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(1)),
+                ("size", Arg::Int(3)),
+                ("step", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![3, 3, 3], vec![0.5, -1.0, 0.75, 0.75, -0.75, 1.0, 1.0, -0.5, 1.25, -0.25, 1.5, 0.0, 0.0, -1.5, 0.25, 0.25, -1.25, 0.5, -1.0, 0.75, -0.75, -0.75, 1.0, -0.5, -0.5, 1.25, -0.25]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "unfold_bf16",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![3, 7], 103, None),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(1)),
+                ("size", Arg::Int(3)),
+                ("step", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![3, 3, 3], vec![0.5, -1.0, 0.75, 0.75, -0.75, 1.0, 1.0, -0.5, 1.25, -0.25, 1.5, 0.0, 0.0, -1.5, 0.25, 0.25, -1.25, 0.5, -1.0, 0.75, -0.75, -0.75, 1.0, -0.5, -0.5, 1.25, -0.25]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "unfold_dim0_f32",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F32, vec![5, 2, 2], 104, None),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(-3)),
+                ("size", Arg::Int(2)),
+                ("step", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![4, 2, 2, 2], vec![-1.5, -1.0, 0.25, 0.75, -1.25, -0.75, 0.5, 1.0, -1.0, -0.5, 0.75, 1.25, -0.75, -0.25, 1.0, 1.5, -0.5, 0.0, 1.25, -1.5, -0.25, 0.25, 1.5, -1.25, 0.0, 0.5, -1.5, -1.0, 0.25, 0.75, -1.25, -0.75]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "unfold_dim0_f16",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F16, vec![5, 2, 2], 104, None),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(-3)),
+                ("size", Arg::Int(2)),
+                ("step", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![4, 2, 2, 2], vec![-1.5, -1.0, 0.25, 0.75, -1.25, -0.75, 0.5, 1.0, -1.0, -0.5, 0.75, 1.25, -0.75, -0.25, 1.0, 1.5, -0.5, 0.0, 1.25, -1.5, -0.25, 0.25, 1.5, -1.25, 0.0, 0.5, -1.5, -1.0, 0.25, 0.75, -1.25, -0.75]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "unfold_dim0_bf16",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![5, 2, 2], 104, None),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(-3)),
+                ("size", Arg::Int(2)),
+                ("step", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![4, 2, 2, 2], vec![-1.5, -1.0, 0.25, 0.75, -1.25, -0.75, 0.5, 1.0, -1.0, -0.5, 0.75, 1.25, -0.75, -0.25, 1.0, 1.5, -0.5, 0.0, 1.25, -1.5, -0.25, 0.25, 1.5, -1.25, 0.0, 0.5, -1.5, -1.0, 0.25, 0.75, -1.25, -0.75]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "unfold_0d_f32",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F32, vec![], 0, Some(vec![1.5])),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(0)),
+                ("size", Arg::Int(1)),
+                ("step", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![1], vec![1.5]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "unfold_0d_f16",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::F16, vec![], 0, Some(vec![1.5])),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(0)),
+                ("size", Arg::Int(1)),
+                ("step", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![1], vec![1.5]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "unfold_0d_bf16",
+            target: "aten.unfold.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![], 0, Some(vec![1.5])),
+            ],
+            args: vec![
+                ("dimension", Arg::Int(0)),
+                ("size", Arg::Int(1)),
+                ("step", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![1], vec![1.5]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sort_stable_f32",
+            target: "aten.sort.stable",
+            inputs: vec![
+                ("self", DType::F32, vec![3, 4], 0, Some(vec![1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 2.0, 1.0, f64::NAN, 0.0, -1.0, f64::NAN])),
+            ],
+            args: vec![
+                ("stable", Arg::Bool(true)),
+                ("dim", Arg::Int(1)),
+                ("descending", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![3, 4], vec![1.0, 1.0, 0.0, 0.0, 2.0, 2.0, 2.0, 1.0, f64::NAN, f64::NAN, 0.0, -1.0]),
+                (DType::I64, vec![3, 4], vec![0.0, 2.0, 1.0, 3.0, 0.0, 1.0, 2.0, 3.0, 0.0, 3.0, 1.0, 2.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sort_stable_f16",
+            target: "aten.sort.stable",
+            inputs: vec![
+                ("self", DType::F16, vec![3, 4], 0, Some(vec![1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 2.0, 1.0, f64::NAN, 0.0, -1.0, f64::NAN])),
+            ],
+            args: vec![
+                ("stable", Arg::Bool(true)),
+                ("dim", Arg::Int(1)),
+                ("descending", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![3, 4], vec![1.0, 1.0, 0.0, 0.0, 2.0, 2.0, 2.0, 1.0, f64::NAN, f64::NAN, 0.0, -1.0]),
+                (DType::I64, vec![3, 4], vec![0.0, 2.0, 1.0, 3.0, 0.0, 1.0, 2.0, 3.0, 0.0, 3.0, 1.0, 2.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sort_stable_bf16",
+            target: "aten.sort.stable",
+            inputs: vec![
+                ("self", DType::BF16, vec![3, 4], 0, Some(vec![1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 2.0, 1.0, f64::NAN, 0.0, -1.0, f64::NAN])),
+            ],
+            args: vec![
+                ("stable", Arg::Bool(true)),
+                ("dim", Arg::Int(1)),
+                ("descending", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![3, 4], vec![1.0, 1.0, 0.0, 0.0, 2.0, 2.0, 2.0, 1.0, f64::NAN, f64::NAN, 0.0, -1.0]),
+                (DType::I64, vec![3, 4], vec![0.0, 2.0, 1.0, 3.0, 0.0, 1.0, 2.0, 3.0, 0.0, 3.0, 1.0, 2.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "lift_fresh_copy_f32",
+            target: "aten.lift_fresh_copy.default",
+            inputs: vec![
+                ("self", DType::F32, vec![2, 3], 105, None),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![2, 3], vec![-0.25, 1.5, 0.0, -1.5, 0.25, -1.25]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "lift_fresh_copy_f16",
+            target: "aten.lift_fresh_copy.default",
+            inputs: vec![
+                ("self", DType::F16, vec![2, 3], 105, None),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![2, 3], vec![-0.25, 1.5, 0.0, -1.5, 0.25, -1.25]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "lift_fresh_copy_bf16",
+            target: "aten.lift_fresh_copy.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![2, 3], 105, None),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![2, 3], vec![-0.25, 1.5, 0.0, -1.5, 0.25, -1.25]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_lgamma_f32",
+            target: "aten.lgamma.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY, 0.5723649263381958, -0.056243717670440674, 0.6931471824645996, 6.90717887878418, -7.54188346862793, 18.73434829711914, 88.58082580566406]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_lgamma_f16",
+            target: "aten.lgamma.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY, 0.572265625, -0.056243896484375, 0.693359375, 6.90625, -7.54296875, 18.734375, 88.5625]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_lgamma_bf16",
+            target: "aten.lgamma.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY, 0.57421875, -0.05615234375, 0.69140625, 6.90625, -7.53125, 18.75, 88.5]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_digamma_f32",
+            target: "aten.digamma.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::INFINITY, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.9635108709335327, 1.1031566858291626, 0.9227842092514038, -1000.5755615234375, 5.189977169036865, 2.4851956367492676, 3.54099440574646]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_digamma_f16",
+            target: "aten.digamma.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::INFINITY, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.9638671875, 1.103515625, 0.9228515625, -1000.0, 5.19140625, 2.484375, 3.541015625]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_digamma_bf16",
+            target: "aten.digamma.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::INFINITY, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.9609375, 1.1015625, 0.921875, -1000.0, 5.1875, 2.484375, 3.546875]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_erfc_f32",
+            target: "aten.erfc.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, 0.0, 2.0, 1.0, 1.0, 0.4795001149177551, 1.9995930194854736, 2.2090496713644825e-05, 0.9988716244697571, 2.0, 0.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_erfc_f16",
+            target: "aten.erfc.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, 0.0, 2.0, 1.0, 1.0, 0.4794921875, 2.0, 2.2113323211669922e-05, 0.9990234375, 2.0, 0.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_erfc_bf16",
+            target: "aten.erfc.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, 0.0, 2.0, 1.0, 1.0, 0.48046875, 2.0, 2.205371856689453e-05, 1.0, 2.0, 0.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_erfinv_f32",
+            target: "aten.erfinv.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, -1.0, 1.0, 1.5, -0.0, 1e-09, -0.3, 0.5, 0.7, -0.95, 0.999, -0.99999])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NEG_INFINITY, f64::INFINITY, f64::NAN, -0.0, 8.862269251785904e-10, -0.27246272563934326, 0.4769362807273865, 0.732869029045105, -1.3859037160873413, 2.326756238937378, -3.1232056617736816]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_erfinv_f16",
+            target: "aten.erfinv.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, -1.0, 1.0, 1.5, -0.0, 1e-09, -0.3, 0.5, 0.7, -0.95, 0.999, -0.99999])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::NEG_INFINITY, f64::INFINITY, f64::NAN, -0.0, 0.0, -0.2724609375, 0.47705078125, 0.7333984375, -1.38671875, 2.33203125, f64::NEG_INFINITY]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_erfinv_bf16",
+            target: "aten.erfinv.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, -1.0, 1.0, 1.5, -0.0, 1e-09, -0.3, 0.5, 0.7, -0.95, 0.999, -0.99999])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::NEG_INFINITY, f64::INFINITY, f64::NAN, -0.0, 8.840288501232862e-10, -0.2734375, 0.4765625, 0.73046875, -1.3828125, f64::INFINITY, f64::NEG_INFINITY]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_exp2_f32",
+            target: "aten.exp2.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::INFINITY, 0.0, 1.0, 1.0, 1.4142135381698608, 0.1767766922712326, 8.0, 1.000693440437317, 0.006569503340870142, 5792.61865234375, 34359738368.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_exp2_f16",
+            target: "aten.exp2.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::INFINITY, 0.0, 1.0, 1.0, 1.4140625, 0.1767578125, 8.0, 1.0009765625, 0.00656890869140625, 5792.0, f64::INFINITY]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_exp2_bf16",
+            target: "aten.exp2.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::INFINITY, 0.0, 1.0, 1.0, 1.4140625, 0.1767578125, 8.0, 1.0, 0.006561279296875, 5792.0, 34359738368.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_i0_f32",
+            target: "aten.i0.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 0.9999999403953552, 0.9999999403953552, 1.063483476638794, 3.289839506149292, 4.880792617797852, 1.000000238418579, 212.55836486816406, 30596.333984375, 107338816028672.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_i0_f16",
+            target: "aten.i0.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 1.0, 1.0, 1.0634765625, 3.2890625, 4.87890625, 1.0, 212.5, 30592.0, f64::INFINITY]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_i0_bf16",
+            target: "aten.i0.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 1.0, 1.0, 1.0625, 3.296875, 4.875, 1.0, 213.0, 30592.0, 107202383708160.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_special_i0e_f32",
+            target: "aten.special_i0e.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, 0.0, 0.0, 0.9999999403953552, 0.9999999403953552, 0.6450353264808655, 0.2700464725494385, 0.2430003583431244, 0.9990006685256958, 0.1509535014629364, 0.11402192711830139, 0.06767837703227997]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_i0e_f16",
+            target: "aten.special_i0e.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, 0.0, 0.0, 1.0, 1.0, 0.6455078125, 0.27001953125, 0.242919921875, 0.99755859375, 0.15087890625, 0.11407470703125, 0.0677490234375]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_special_i0e_bf16",
+            target: "aten.special_i0e.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, 0.0, 0.0, 0.9921875, 0.9921875, 0.64453125, 0.26953125, 0.2421875, 0.9921875, 0.1484375, 0.11376953125, 0.06787109375]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_special_i1_f32",
+            target: "aten.special_i1.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 0.0, 0.0, 0.25789427757263184, -2.5167160034179688, 3.9533705711364746, 0.0005000000819563866, -197.30160522460938, 29345.751953125, 105794129362944.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_i1_f16",
+            target: "aten.special_i1.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 0.0, 0.0, 0.2578125, -2.517578125, 3.953125, 0.0005002021789550781, -197.25, 29344.0, f64::INFINITY]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_special_i1_bf16",
+            target: "aten.special_i1.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 0.0, 0.0, 0.2578125, -2.515625, 3.953125, 0.000499725341796875, -197.0, 29312.0, 105553116266496.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_special_i1e_f32",
+            target: "aten.special_i1e.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, 0.0, -0.0, 0.0, 0.0, 0.15642079710960388, -0.206584632396698, 0.1968267261981964, 0.0004995003691874444, -0.1401185542345047, 0.1093614399433136, 0.06670442968606949]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_i1e_f16",
+            target: "aten.special_i1e.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, 0.0, -0.0, 0.0, 0.0, 0.1563720703125, -0.20654296875, 0.19677734375, 0.000499725341796875, -0.14013671875, 0.109375, 0.06671142578125]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "sp_special_i1e_bf16",
+            target: "aten.special_i1e.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, 0.0, -0.0, 0.0, 0.0, 0.15625, -0.20703125, 0.197265625, 0.000499725341796875, -0.1396484375, 0.109375, 0.06689453125]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "sp_special_modified_bessel_i0_f32",
+            target: "aten.special_modified_bessel_i0.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 0.9999999403953552, 0.9999999403953552, 1.063483476638794, 3.289839506149292, 4.880792617797852, 1.000000238418579, 212.55836486816406, 30596.333984375, 107338816028672.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_modified_bessel_i1_f32",
+            target: "aten.special_modified_bessel_i1.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 0.0, 0.0, 0.2578943073749542, -2.5167160034179688, 3.9533705711364746, 0.0005000001983717084, -197.30162048339844, 29345.751953125, 105794129362944.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_modified_bessel_k0_f32",
+            target: "aten.special_modified_bessel_k0.default",
+            inputs: vec![
+                ("self", DType::F32, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![13], vec![f64::NAN, 0.0, f64::INFINITY, 7.023688793182373, 1.5415070056915283, 0.9244191646575928, 0.42102447152137756, 0.21380558609962463, 0.11389388144016266, 0.00024917759583331645, 2.1324772731066283e-14, 2.5251199230647392e-36, f64::NAN]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_modified_bessel_k1_f32",
+            target: "aten.special_modified_bessel_k1.default",
+            inputs: vec![
+                ("self", DType::F32, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![13], vec![f64::NAN, 0.0, f64::INFINITY, 999.9962768554688, 3.747025966644287, 1.6564409732818604, 0.6019073128700256, 0.277387797832489, 0.13986589014530182, 0.000265297363512218, 2.1677319702174784e-14, 2.5408530295989154e-36, f64::NAN]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_scaled_modified_bessel_k0_f32",
+            target: "aten.special_scaled_modified_bessel_k0.default",
+            inputs: vec![
+                ("x", DType::F32, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![13], vec![f64::NAN, 0.0, f64::INFINITY, 7.0307159423828125, 1.9793342351913452, 1.5241094827651978, 1.1444631814956665, 0.9582102298736572, 0.8415682911872864, 0.4505236744880676, 0.2278866469860077, 0.1399073600769043, f64::NAN]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_scaled_modified_bessel_k1_f32",
+            target: "aten.special_scaled_modified_bessel_k1.default",
+            inputs: vec![
+                ("x", DType::F32, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![13], vec![f64::NAN, 0.0, f64::INFINITY, 1000.996826171875, 4.811276435852051, 2.7310094833374023, 1.6361536979675293, 1.2431658506393433, 1.0334769487380981, 0.47966891527175903, 0.2316541224718094, 0.14077907800674438, f64::NAN]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_bessel_j0_f32",
+            target: "aten.special_bessel_j0.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, 1.0, 1.0, 0.9384698271751404, -0.04838377982378006, -0.2600519359111786, 0.9999997615814209, 0.29199692606925964, 0.146884024143219, -0.12684574723243713]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_bessel_j1_f32",
+            target: "aten.special_bessel_j1.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::NAN, -0.0, 0.0, 0.24226844310760498, -0.4970940947532654, 0.33905890583992004, 0.0004999999655410647, -0.068581722676754, -0.16548381745815277, 0.04399082809686661]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_bessel_y0_f32",
+            target: "aten.special_bessel_y0.default",
+            inputs: vec![
+                ("self", DType::F32, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![13], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, -4.471416473388672, -0.9315730333328247, -0.4445187449455261, 0.08825694769620895, 0.3824489116668701, 0.5103756189346313, 0.11731333285570145, -0.11729570478200912, -0.055620186030864716, f64::NAN]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_bessel_y1_f32",
+            target: "aten.special_bessel_y1.default",
+            inputs: vec![
+                ("self", DType::F32, vec![13], 0, Some(vec![f64::NAN, f64::INFINITY, 0.0, 0.001, 0.25, 0.5, 1.0, 1.5, 2.0, 7.5, 30.0, 80.0, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![13], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, -636.6221313476562, -2.7041051387786865, -1.4714723825454712, -0.7812128067016602, -0.4123086631298065, -0.10703249275684357, -0.25912851095199585, 0.0844254419207573, 0.06939586997032166, f64::NAN]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_spherical_bessel_j0_f32",
+            target: "aten.special_spherical_bessel_j0.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, 0.0, 0.0, 1.0, 1.0, 0.9588510990142822, 0.2393888533115387, 0.047040000557899475, 0.9999998211860657, 0.11352840065956116, -0.005305751692503691, -0.012233790010213852]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_ndtri_f32",
+            target: "aten.special_ndtri.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, 0.0, 1.0, 1.5, -0.1, 1e-300, 1e-10, 0.025, 0.3, 0.5, 0.975, 0.999999])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NEG_INFINITY, f64::INFINITY, f64::NAN, f64::NAN, f64::NEG_INFINITY, -6.3613409996032715, -1.9599637985229492, -0.5244004726409912, 0.0, 1.959964394569397, 4.750757694244385]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_log_ndtr_f32",
+            target: "aten.special_log_ndtr.default",
+            inputs: vec![
+                ("self", DType::F32, vec![14], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0, -40.0, 8.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![14], vec![f64::NAN, -0.0, f64::NEG_INFINITY, -0.6931471824645996, -0.6931471824645996, -0.3689464330673218, -5.081648349761963, -0.001350810518488288, -0.6923496127128601, -29.199382781982422, -3.732564416972243e-36, -0.0, -804.6084594726562, -6.220967306660205e-16]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "sp_special_erfcx_f32",
+            target: "aten.special_erfcx.default",
+            inputs: vec![
+                ("self", DType::F32, vec![14], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0, -30.0, 100000.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![14], vec![f64::NAN, 0.0, f64::INFINITY, 1.0, 1.0, 0.6156902313232422, 1035.8148193359375, 0.17900115251541138, 0.9988726377487183, 1.3447256694248992e+23, 0.04499209672212601, 0.01611313223838806, f64::INFINITY, 5.64189622309641e-06]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "wide_i0_f32",
+            target: "aten.i0.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::INFINITY, 781672185856.0, 683.1619873046875, 427.564208984375, 6.2426300048828125, 1.0025016069412231, 1.0025016069412231, 2.279585123062134, 389.40631103515625, 469.500732421875, 2.932553553968806e+20, f64::INFINITY]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "wide_i0_f16",
+            target: "aten.i0.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::INFINITY, f64::INFINITY, 683.0, 427.5, 6.24609375, 1.0029296875, 1.0029296875, 2.279296875, 388.75, 470.25, f64::INFINITY, f64::INFINITY]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "wide_i0_bf16",
+            target: "aten.i0.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::INFINITY, 781684047872.0, 684.0, 428.0, 6.21875, 1.0, 1.0, 2.28125, 392.0, 480.0, 2.9284206217013913e+20, f64::INFINITY]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "wide_special_i0e_f32",
+            target: "aten.special_i0e.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![0.014106945134699345, 0.07314594089984894, 0.13900184631347656, 0.14343181252479553, 0.23024797439575195, 0.9071009159088135, 0.9071009159088135, 0.3085083067417145, 0.14436987042427063, 0.142511785030365, 0.05656162276864052, 0.015027700923383236]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "wide_special_i0e_f16",
+            target: "aten.special_i0e.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![0.0141143798828125, 0.07318115234375, 0.1390380859375, 0.143310546875, 0.2301025390625, 0.90771484375, 0.90771484375, 0.30859375, 0.1444091796875, 0.142578125, 0.05657958984375, 0.0150299072265625]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "wide_special_i0e_bf16",
+            target: "aten.special_i0e.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![0.01409912109375, 0.0732421875, 0.1396484375, 0.14453125, 0.228515625, 0.91015625, 0.91015625, 0.30859375, 0.14453125, 0.142578125, 0.056640625, 0.0150146484375]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "wide_special_i1_f32",
+            target: "aten.special_i1.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NEG_INFINITY, -768532021248.0, -641.6199340820312, -399.87353515625, -5.1809587478637695, -0.05006253719329834, 0.05006253719329834, 1.5906368494033813, 363.85400390625, 439.48443603515625, 2.9030785499388287e+20, f64::INFINITY]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "wide_special_i1_f16",
+            target: "aten.special_i1.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NEG_INFINITY, f64::NEG_INFINITY, -641.5, -399.75, -5.18359375, -0.050048828125, 0.050048828125, 1.5908203125, 363.25, 440.25, f64::INFINITY, f64::INFINITY]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "wide_special_i1_bf16",
+            target: "aten.special_i1.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NEG_INFINITY, -768799145984.0, -640.0, -400.0, -5.15625, -0.050048828125, 0.050048828125, 1.59375, 366.0, 450.0, 2.9053621916092544e+20, f64::INFINITY]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "wide_special_i1e_f32",
+            target: "aten.special_i1e.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-0.014098125509917736, -0.07191632688045502, -0.130549356341362, -0.13414262235164642, -0.1910901814699173, -0.04529845342040062, 0.04529845342040062, 0.2152692824602127, 0.13489651679992676, 0.13340067863464355, 0.05599312484264374, 0.015017041005194187]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "wide_special_i1e_f16",
+            target: "aten.special_i1e.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![-0.01409912109375, -0.0718994140625, -0.1304931640625, -0.1341552734375, -0.1910400390625, -0.0452880859375, 0.0452880859375, 0.2152099609375, 0.1348876953125, 0.1334228515625, 0.055999755859375, 0.0150146484375]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "wide_special_i1e_bf16",
+            target: "aten.special_i1e.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![-800.0, -30.0, -8.5, -8.0, -3.3, -0.1, 0.1, 2.0, 7.9, 8.1, 50.0, 705.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![-0.01409912109375, -0.07177734375, -0.130859375, -0.1337890625, -0.19140625, -0.04541015625, 0.04541015625, 0.21484375, 0.134765625, 0.1328125, 0.055908203125, 0.0150146484375]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "polygamma_0_f32",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::INFINITY, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.9635108709335327, 1.1031566858291626, 0.9227842092514038, -1000.5755615234375, 5.189977169036865, 2.4851956367492676, 3.54099440574646]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "polygamma_0_f16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::INFINITY, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.9638671875, 1.103515625, 0.9228515625, -1000.0, 5.19140625, 2.484375, 3.541015625]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "polygamma_0_bf16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::INFINITY, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.9609375, 1.1015625, 0.921875, -1000.0, 5.1875, 2.484375, 3.546875]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "polygamma_1_f32",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, 0.0, f64::NAN, f64::INFINITY, f64::INFINITY, 4.934802055358887, 9.539247512817383, 0.3949340581893921, 1000001.5625, 19.610366821289062, 0.08328522741794586, 0.028983479365706444]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "polygamma_1_f16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, 0.0, f64::NAN, f64::INFINITY, f64::INFINITY, 4.93359375, 9.5390625, 0.39501953125, f64::INFINITY, 19.609375, 0.08331298828125, 0.0289764404296875]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "polygamma_1_bf16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, 0.0, f64::NAN, f64::INFINITY, f64::INFINITY, 4.9375, 9.5625, 0.39453125, 999424.0, 19.625, 0.08349609375, 0.0289306640625]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "polygamma_2_f32",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, -16.82879638671875, -0.10820404440164566, -0.15411381423473358, -1999999744.0, 124.00852966308594, -0.006932436488568783, -0.0008399832295253873]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "polygamma_2_f16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, -16.828125, -0.10821533203125, -0.1541748046875, f64::NEG_INFINITY, 124.0, -0.006931304931640625, -0.0008401870727539062]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "polygamma_2_bf16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(2)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, -16.875, -0.1083984375, -0.154296875, -2004877312.0, 124.0, -0.006927490234375, -0.0008392333984375]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "polygamma_3_f32",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(3)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::INFINITY, f64::INFINITY, f64::INFINITY, 97.40908813476562, 194.74789428710938, 0.11893940716981888, 5999999057920.0, 1558.541259765625, 0.001153412857092917, 4.868446194450371e-05]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "polygamma_3_f16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(3)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::NAN, f64::INFINITY, f64::INFINITY, f64::INFINITY, 97.375, 194.75, 0.118896484375, f64::INFINITY, 1558.0, 0.0011539459228515625, 4.863739013671875e-05]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "polygamma_3_bf16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(3)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::NAN, f64::INFINITY, f64::INFINITY, f64::INFINITY, 97.5, 195.0, 0.11865234375, 6012954214400.0, 1560.0, 0.00115966796875, 4.863739013671875e-05]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "polygamma_4_f32",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F32, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(4)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, -771.4742431640625, -0.06799600273370743, -0.13626611232757568, -2.3999993782206464e+16, 24481.57421875, -0.0002876914222724736, -4.232247192703653e-06]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "polygamma_4_f16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::F16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(4)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![12], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, -772.0, -0.0679931640625, -0.13623046875, f64::NEG_INFINITY, 24480.0, -0.0002875328063964844, -4.291534423828125e-06]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "polygamma_4_bf16",
+            target: "aten.polygamma.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![12], 0, Some(vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 0.5, -2.5, 3.0, 0.001, -7.25, 12.5, 35.0])),
+            ],
+            args: vec![
+                ("n", Arg::Int(4)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![12], vec![f64::NAN, f64::NAN, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY, -776.0, -0.068359375, -0.13671875, -2.406611050876109e+16, 24448.0, -0.0002880096435546875, -4.231929779052734e-06]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "special_zeta_f32",
+            target: "aten.special_zeta.default",
+            inputs: vec![
+                ("self", DType::F32, vec![10], 0, Some(vec![1.0, 0.5, 2.0, 2.0, 3.5, 2.0, 4.0, 10.0, 2.0, 1.5])),
+                ("other", DType::F32, vec![10], 0, Some(vec![1.0, 1.0, -1.0, -1.5, -1.5, 0.001, 0.25, 3.0, 1000000.0, 50.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![10], vec![f64::INFINITY, f64::NAN, f64::INFINITY, 9.379246711730957, f64::NAN, 1000001.5, 256.46368408203125, 1.801262806111481e-05, 1.0000004522225936e-06, 0.2842639982700348]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "igamma_f32",
+            target: "aten.igamma.default",
+            inputs: vec![
+                ("self", DType::F32, vec![10], 0, Some(vec![0.5, 1.0, 2.0, 5.0, 0.1, 30.0, 0.0, -1.0, 3.0, 100.0])),
+                ("other", DType::F32, vec![10], 0, Some(vec![0.5, 2.0, 1.0, 3.0, 0.01, 25.0, 1.0, 1.0, 0.0, 110.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![10], vec![0.6826895475387573, 0.8646647334098816, 0.26424112915992737, 0.1847367137670517, 0.662621259689331, 0.18210388720035553, 1.0, f64::NAN, 0.0, 0.8417212963104248]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "igamma_f16",
+            target: "aten.igamma.default",
+            inputs: vec![
+                ("self", DType::F16, vec![10], 0, Some(vec![0.5, 1.0, 2.0, 5.0, 0.1, 30.0, 0.0, -1.0, 3.0, 100.0])),
+                ("other", DType::F16, vec![10], 0, Some(vec![0.5, 2.0, 1.0, 3.0, 0.01, 25.0, 1.0, 1.0, 0.0, 110.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![10], vec![0.6826171875, 0.86474609375, 0.26416015625, 0.1846923828125, 0.66259765625, 0.18212890625, 1.0, f64::NAN, 0.0, 0.841796875]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "igamma_bf16",
+            target: "aten.igamma.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![10], 0, Some(vec![0.5, 1.0, 2.0, 5.0, 0.1, 30.0, 0.0, -1.0, 3.0, 100.0])),
+                ("other", DType::BF16, vec![10], 0, Some(vec![0.5, 2.0, 1.0, 3.0, 0.01, 25.0, 1.0, 1.0, 0.0, 110.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![10], vec![0.68359375, 0.86328125, 0.263671875, 0.1845703125, 0.6640625, 0.181640625, 1.0, f64::NAN, 0.0, 0.83984375]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "igammac_f32",
+            target: "aten.igammac.default",
+            inputs: vec![
+                ("self", DType::F32, vec![10], 0, Some(vec![0.5, 1.0, 2.0, 5.0, 0.1, 30.0, 0.0, -1.0, 3.0, 100.0])),
+                ("other", DType::F32, vec![10], 0, Some(vec![0.5, 2.0, 1.0, 3.0, 0.01, 25.0, 1.0, 1.0, 0.0, 110.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![10], vec![0.31731054186820984, 0.1353352814912796, 0.735758900642395, 0.8152632713317871, 0.33737891912460327, 0.8178961277008057, 0.0, f64::NAN, 1.0, 0.1582786738872528]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "igammac_f16",
+            target: "aten.igammac.default",
+            inputs: vec![
+                ("self", DType::F16, vec![10], 0, Some(vec![0.5, 1.0, 2.0, 5.0, 0.1, 30.0, 0.0, -1.0, 3.0, 100.0])),
+                ("other", DType::F16, vec![10], 0, Some(vec![0.5, 2.0, 1.0, 3.0, 0.01, 25.0, 1.0, 1.0, 0.0, 110.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![10], vec![0.3173828125, 0.1353759765625, 0.73583984375, 0.8154296875, 0.33740234375, 0.81787109375, 0.0, f64::NAN, 1.0, 0.1583251953125]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "igammac_bf16",
+            target: "aten.igammac.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![10], 0, Some(vec![0.5, 1.0, 2.0, 5.0, 0.1, 30.0, 0.0, -1.0, 3.0, 100.0])),
+                ("other", DType::BF16, vec![10], 0, Some(vec![0.5, 2.0, 1.0, 3.0, 0.01, 25.0, 1.0, 1.0, 0.0, 110.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![10], vec![0.31640625, 0.1357421875, 0.734375, 0.81640625, 0.337890625, 0.81640625, 0.0, f64::NAN, 1.0, 0.158203125]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "searchsorted_right0_f32",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F32, vec![6], 0, Some(vec![-1.0, 0.0, 0.0, 0.5, 2.0, f64::NAN])),
+                ("self", DType::F32, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("right", Arg::Bool(false)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 4], vec![1.0, 0.0, 3.0, 6.0, 6.0, 3.0, 6.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "searchsorted_right0_f16",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F16, vec![6], 0, Some(vec![-1.0, 0.0, 0.0, 0.5, 2.0, f64::NAN])),
+                ("self", DType::F16, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("right", Arg::Bool(false)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 4], vec![1.0, 0.0, 3.0, 6.0, 6.0, 3.0, 6.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "searchsorted_right0_bf16",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::BF16, vec![6], 0, Some(vec![-1.0, 0.0, 0.0, 0.5, 2.0, f64::NAN])),
+                ("self", DType::BF16, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("right", Arg::Bool(false)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 4], vec![1.0, 0.0, 3.0, 6.0, 6.0, 3.0, 6.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "searchsorted_right1_f32",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F32, vec![6], 0, Some(vec![-1.0, 0.0, 0.0, 0.5, 2.0, f64::NAN])),
+                ("self", DType::F32, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("right", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 4], vec![3.0, 0.0, 6.0, 6.0, 6.0, 3.0, 6.0, 1.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "searchsorted_right1_f16",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F16, vec![6], 0, Some(vec![-1.0, 0.0, 0.0, 0.5, 2.0, f64::NAN])),
+                ("self", DType::F16, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("right", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 4], vec![3.0, 0.0, 6.0, 6.0, 6.0, 3.0, 6.0, 1.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "searchsorted_right1_bf16",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::BF16, vec![6], 0, Some(vec![-1.0, 0.0, 0.0, 0.5, 2.0, f64::NAN])),
+                ("self", DType::BF16, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("right", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::I64, vec![2, 4], vec![3.0, 0.0, 6.0, 6.0, 6.0, 3.0, 6.0, 1.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "searchsorted_batched_side_f32",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F32, vec![2, 3], 0, Some(vec![0.0, 1.0, 2.0, -3.0, -2.0, 5.0])),
+                ("self", DType::F32, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("side", Arg::Str("right".into())),
+                ("out_int32", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::I32, vec![2, 4], vec![1.0, 0.0, 1.0, 3.0, 3.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "searchsorted_batched_side_f16",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::F16, vec![2, 3], 0, Some(vec![0.0, 1.0, 2.0, -3.0, -2.0, 5.0])),
+                ("self", DType::F16, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("side", Arg::Str("right".into())),
+                ("out_int32", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::I32, vec![2, 4], vec![1.0, 0.0, 1.0, 3.0, 3.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "searchsorted_batched_side_bf16",
+            target: "aten.searchsorted.Tensor",
+            inputs: vec![
+                ("sorted_sequence", DType::BF16, vec![2, 3], 0, Some(vec![0.0, 1.0, 2.0, -3.0, -2.0, 5.0])),
+                ("self", DType::BF16, vec![2, 4], 0, Some(vec![0.0, -2.0, 0.5, 3.0, f64::NAN, 0.25, 2.0, -1.0])),
+            ],
+            args: vec![
+                ("side", Arg::Str("right".into())),
+                ("out_int32", Arg::Bool(true)),
+            ],
+            outputs: vec![
+                (DType::I32, vec![2, 4], vec![1.0, 0.0, 1.0, 3.0, 3.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "poly_chebyshev_polynomial_t_f32",
+            target: "aten.special_chebyshev_polynomial_t.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-1.0, 1.0, 0.0, -0.8199999928474426, -0.7548350095748901, 9.0, 97.0, 0.8594018816947937, f64::NAN, 0.0, 0.8168944120407104, 0.5329294204711914]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_chebyshev_polynomial_u_f32",
+            target: "aten.special_chebyshev_polynomial_u.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-4.0, 5.0, 0.0, -0.6399999856948853, -0.11191066354513168, 21.0, 209.0, 12.283929824829102, f64::NAN, 0.0, 0.9658201932907104, 0.9022237062454224]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_chebyshev_polynomial_v_f32",
+            target: "aten.special_chebyshev_polynomial_v.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-7.0, 1.0, -1.0, -1.2400000095367432, 0.8065536022186279, 13.0, 265.0, 0.8479660749435425, f64::NAN, 0.0, 0.3701174259185791, 1.825459599494934]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_chebyshev_polynomial_w_f32",
+            target: "aten.special_chebyshev_polynomial_w.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-1.0, 9.0, 1.0, -0.03999994695186615, -1.0303744077682495, 29.0, 153.0, 23.719894409179688, f64::NAN, 0.0, 1.5615233182907104, -0.021013297140598297]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_hermite_polynomial_h_f32",
+            target: "aten.special_hermite_polynomial_h.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![4.0, -20.0, 0.0, -1.6399999856948853, 238.86473083496094, 9.0, 76.0, 275230.0, f64::NAN, 0.0, -12875.9755859375, -7415.52734375]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_hermite_polynomial_he_f32",
+            target: "aten.special_hermite_polynomial_he.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![2.0, -2.0, 0.0, -0.9099999666213989, 40.9321174621582, -1.125, -5.0, -12451.15234375, f64::NAN, 0.0, -661.8390502929688, -301.1720275878906]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_laguerre_polynomial_l_f32",
+            target: "aten.special_laguerre_polynomial_l.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![5.666666507720947, -0.625, 1.0, 0.4449999928474426, 13.426548957824707, -0.6875, 27.0, 0.49601614475250244, f64::NAN, 0.0, -0.3740512728691101, 8.521639823913574]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_legendre_polynomial_p_f32",
+            target: "aten.special_legendre_polynomial_p.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-1.0, 1.0, 0.0, -0.3649999797344208, -0.15015539526939392, 6.1875, 55.375, 0.9234905242919922, f64::NAN, 0.0, 0.22120022773742676, 0.1887635588645935]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_shifted_chebyshev_polynomial_t_f32",
+            target: "aten.special_shifted_chebyshev_polynomial_t.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-99.0, 1.0, -1.0, -0.6800000667572021, -21192.62890625, 26.0, 4801.0, 0.7254775762557983, f64::NAN, 0.0, -0.49999967217445374, -22995.392578125]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_shifted_chebyshev_polynomial_u_f32",
+            target: "aten.special_shifted_chebyshev_polynomial_u.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-204.0, 5.0, -6.0, -0.3600000739097595, -44505.32421875, 56.0, 9701.0, 11.591340065002441, f64::NAN, 0.0, -1.0000007152557373, -50651.390625]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_shifted_chebyshev_polynomial_v_f32",
+            target: "aten.special_shifted_chebyshev_polynomial_v.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-239.0, 1.0, -11.0, 0.43999987840652466, -54218.94921875, 41.0, 10681.0, 0.7037026286125183, f64::NAN, 0.0, -2.000000238418579, -66015.8359375]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "poly_shifted_chebyshev_polynomial_w_f32",
+            target: "aten.special_shifted_chebyshev_polynomial_w.default",
+            inputs: vec![
+                ("x", DType::F32, vec![12], 0, Some(vec![-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.999, f64::NAN, 0.5, 0.25, -0.4])),
+                ("n", DType::F32, vec![12], 0, Some(vec![3.0, 4.0, 5.0, 2.0, 7.0, 3.0, 4.0, 12.0, 2.0, -1.0, 10.0, 9.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![12], vec![-169.0, 9.0, -1.0, -1.1600000858306885, -34791.703125, 71.0, 8721.0, 22.47897720336914, f64::NAN, 0.0, -1.5325359754569945e-06, -35286.94921875]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "copysign_f32",
+            target: "aten.copysign.Tensor",
+            inputs: vec![
+                ("self", DType::F32, vec![8], 0, Some(vec![1.5, -2.0, 0.0, -0.0, f64::INFINITY, f64::NAN, 3.0, -1.0])),
+                ("other", DType::F32, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![8], vec![-1.5, 2.0, -0.0, 0.0, f64::NEG_INFINITY, f64::NAN, -3.0, 1.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "copysign_f16",
+            target: "aten.copysign.Tensor",
+            inputs: vec![
+                ("self", DType::F16, vec![8], 0, Some(vec![1.5, -2.0, 0.0, -0.0, f64::INFINITY, f64::NAN, 3.0, -1.0])),
+                ("other", DType::F16, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![8], vec![-1.5, 2.0, -0.0, 0.0, f64::NEG_INFINITY, f64::NAN, -3.0, 1.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "copysign_bf16",
+            target: "aten.copysign.Tensor",
+            inputs: vec![
+                ("self", DType::BF16, vec![8], 0, Some(vec![1.5, -2.0, 0.0, -0.0, f64::INFINITY, f64::NAN, 3.0, -1.0])),
+                ("other", DType::BF16, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![8], vec![-1.5, 2.0, -0.0, 0.0, f64::NEG_INFINITY, f64::NAN, -3.0, 1.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "signbit_f32",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::F32, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![8], vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "signbit_f16",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::F16, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![8], vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "signbit_bf16",
+            target: "aten.signbit.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![8], 0, Some(vec![-1.0, 2.0, -0.0, 0.0, -5.0, -1.0, f64::NEG_INFINITY, 0.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::Bool, vec![8], vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "nextafter_f32",
+            target: "aten.nextafter.default",
+            inputs: vec![
+                ("self", DType::F32, vec![10], 0, Some(vec![1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, f64::INFINITY, 3.0, 65504.0, 0.0])),
+                ("other", DType::F32, vec![10], 0, Some(vec![2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, f64::INFINITY, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F32, vec![10], vec![1.0000001192092896, 0.9999999403953552, 1.401298464324817e-45, -1.401298464324817e-45, 0.0, -2.500000238418579, 3.4028234663852886e+38, 3.0, 65504.00390625, -1.401298464324817e-45]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "nextafter_f16",
+            target: "aten.nextafter.default",
+            inputs: vec![
+                ("self", DType::F16, vec![10], 0, Some(vec![1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, f64::INFINITY, 3.0, 65504.0, 0.0])),
+                ("other", DType::F16, vec![10], 0, Some(vec![2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, f64::INFINITY, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::F16, vec![10], vec![1.0009765625, 0.99951171875, 5.960464477539063e-08, -5.960464477539063e-08, 0.0, -2.501953125, 65504.0, 3.0, f64::INFINITY, -5.960464477539063e-08]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "nextafter_bf16",
+            target: "aten.nextafter.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![10], 0, Some(vec![1.0, 1.0, 0.0, -0.0, 1e-300, -2.5, f64::INFINITY, 3.0, 65504.0, 0.0])),
+                ("other", DType::BF16, vec![10], 0, Some(vec![2.0, 0.0, 1.0, -1.0, 0.0, -3.0, 0.0, 3.0, f64::INFINITY, -1.0])),
+            ],
+            args: vec![
+            ],
+            outputs: vec![
+                (DType::BF16, vec![10], vec![1.0078125, 0.99609375, 9.183549615799121e-41, -9.183549615799121e-41, 0.0, -2.515625, 3.3895313892515355e+38, 3.0, 66048.0, -9.183549615799121e-41]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cummax_nan_ties_f32",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F32, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![2, 6], vec![1.0, 3.0, 3.0, f64::NAN, f64::NAN, f64::NAN, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cummax_nan_ties_f16",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F16, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![2, 6], vec![1.0, 3.0, 3.0, f64::NAN, f64::NAN, f64::NAN, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cummax_nan_ties_bf16",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![2, 6], vec![1.0, 3.0, 3.0, f64::NAN, f64::NAN, f64::NAN, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 1.0, 2.0, 3.0, 3.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cummax_dim0_f32",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F32, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![4, 3], vec![1.0, -0.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cummax_dim0_f16",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::F16, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![4, 3], vec![1.0, -0.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cummax_dim0_bf16",
+            target: "aten.cummax.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![4, 3], vec![1.0, -0.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25, 1.0, 1.5, 1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cummin_nan_ties_f32",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F32, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![2, 6], vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN, 5.0, -1.0, -1.0, -1.0, -1.0, -1.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cummin_nan_ties_f16",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F16, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![2, 6], vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN, 5.0, -1.0, -1.0, -1.0, -1.0, -1.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cummin_nan_ties_bf16",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![2, 6], 0, Some(vec![1.0, 3.0, 3.0, f64::NAN, 2.0, f64::NAN, 5.0, -1.0, -1.0, 0.0, 4.0, 4.0])),
+            ],
+            args: vec![
+                ("dim", Arg::Int(1)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![2, 6], vec![1.0, 1.0, 1.0, f64::NAN, f64::NAN, f64::NAN, 5.0, -1.0, -1.0, -1.0, -1.0, -1.0]),
+                (DType::I64, vec![2, 6], vec![0.0, 0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+            ],
+            tol: 0.04,
+        },
+        Case {
+            name: "cummin_dim0_f32",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F32, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F32, vec![4, 3], vec![1.0, -0.5, 1.25, -0.25, -0.5, 0.0, -1.5, -0.5, -1.25, -1.5, -1.0, -1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 2.0, 2.0, 3.0, 2.0]),
+            ],
+            tol: 2e-05,
+        },
+        Case {
+            name: "cummin_dim0_f16",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::F16, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::F16, vec![4, 3], vec![1.0, -0.5, 1.25, -0.25, -0.5, 0.0, -1.5, -0.5, -1.25, -1.5, -1.0, -1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 2.0, 2.0, 3.0, 2.0]),
+            ],
+            tol: 0.01,
+        },
+        Case {
+            name: "cummin_dim0_bf16",
+            target: "aten.cummin.default",
+            inputs: vec![
+                ("self", DType::BF16, vec![4, 3], 106, None),
+            ],
+            args: vec![
+                ("dim", Arg::Int(0)),
+            ],
+            outputs: vec![
+                (DType::BF16, vec![4, 3], vec![1.0, -0.5, 1.25, -0.25, -0.5, 0.0, -1.5, -0.5, -1.25, -1.5, -1.0, -1.25]),
+                (DType::I64, vec![4, 3], vec![0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 2.0, 0.0, 2.0, 2.0, 3.0, 2.0]),
             ],
             tol: 0.04,
         },

@@ -1,0 +1,271 @@
+"""Decompositions of ATen ops outside fxhlo's op table into ops inside it, for the
+``torch.compile`` path (:func:`fxhlo.backend.decompositions` adds them; the ``.pt2``/CLI path
+reads ops as exported and does not use them).
+
+Each one computes exactly what the op computes (the same elementwise arithmetic in the same
+dtype, or a copy of a view), as torch's own decompositions or references do, so numerics are
+unchanged: the ``*_copy`` views, ``max``/``min`` of a whole tensor, ``fmax``/``fmin``,
+``hypot`` (torch's reference ``sqrt(a * a + b * b)``), ``addbmm``, ``index_reduce`` and
+``scatter.reduce`` (as ``scatter_reduce``), ``put`` (as ``index_put`` on the flattened
+tensor), ``bucketize`` (as ``searchsorted``), ``new_empty_strided``, and the random
+``rand_like``, ``randn_like``, ``bernoulli.p``, ``uniform``, ``normal`` (four overloads and
+``normal_functional``), ``exponential``, ``cauchy``, ``log_normal``, ``geometric`` and
+``randint``/``randint_like`` by inverse transform of ``rand``/``randn`` (the values are the
+backend's random numbers, as for ``rand``; only the distribution is torch's).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _view_copy(x, size):
+    return aten.clone.default(aten.view.default(x, size))
+
+
+def _permute_copy(x, dims):
+    return aten.clone.default(aten.permute.default(x, dims))
+
+
+def _narrow_copy(x, dim, start, length):
+    return aten.clone.default(aten.slice.Tensor(x, dim, start, start + length))
+
+
+def _as_strided_copy(x, size, stride, storage_offset=None):
+    return aten.clone.default(aten.as_strided.default(x, size, stride, storage_offset))
+
+
+def _unbind_copy(x, dim=0):
+    return [aten.clone.default(aten.select.int(x, dim, i)) for i in range(x.shape[dim])]
+
+
+def _max_all(x):
+    return aten.amax.default(x, list(range(x.dim())))
+
+
+def _min_all(x):
+    return aten.amin.default(x, list(range(x.dim())))
+
+
+def _fmax(a, b):
+    # the larger of the two, the other one where one is NaN
+    m = aten.maximum.default(a, b)
+    m = aten.where.self(aten.isnan.default(a), b, m)
+    return aten.where.self(aten.isnan.default(b), a, m)
+
+
+def _fmin(a, b):
+    m = aten.minimum.default(a, b)
+    m = aten.where.self(aten.isnan.default(a), b, m)
+    return aten.where.self(aten.isnan.default(b), a, m)
+
+
+def _hypot(a, b):
+    return aten.sqrt.default(aten.add.Tensor(aten.mul.Tensor(a, a), aten.mul.Tensor(b, b)))
+
+
+def _addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    s = aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0])
+    if alpha != 1:
+        s = aten.mul.Scalar(s, alpha)
+    if beta == 0:  # self is ignored (its NaNs too)
+        return s
+    if beta != 1:
+        self = aten.mul.Scalar(self, beta)
+    return aten.add.Tensor(self, s)
+
+
+def _expanded_index(index, dim, like):
+    """``index`` (1-D, along ``dim``) broadcast to the shape of ``like``."""
+    shape = [1] * like.dim()
+    if like.dim():
+        shape[dim] = index.shape[0]
+    return aten.expand.default(aten.view.default(index, shape), list(like.shape))
+
+
+def _index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    dim = dim % max(self.dim(), 1)
+    red = {"prod": "prod", "mean": "mean", "amax": "amax", "amin": "amin"}[reduce]
+    return aten.scatter_reduce.two(self, dim, _expanded_index(index, dim, source), source, red,
+                                   include_self=include_self)
+
+
+def _scatter_reduce_src(self, dim, index, src, *, reduce):
+    red = {"add": "sum", "multiply": "prod"}[reduce]
+    return aten.scatter_reduce.two(self, dim, index, src, red, include_self=True)
+
+
+def _scatter_reduce_value(self, dim, index, value, *, reduce):
+    src = aten.full.default(list(index.shape), value, dtype=self.dtype)
+    return _scatter_reduce_src(self, dim, index, src, reduce=reduce)
+
+
+def _put(self, index, source, accumulate=False):
+    flat = aten.view.default(self, [-1])
+    n = flat.shape[0]
+    idx = aten.view.default(index, [-1])
+    idx = aten.where.self(aten.lt.Scalar(idx, 0), aten.add.Scalar(idx, n), idx)
+    out = aten.index_put.default(flat, [idx], aten.view.default(source, [-1]), accumulate)
+    return aten.view.default(out, list(self.shape))
+
+
+def _bucketize(self, boundaries, *, out_int32=False, right=False):
+    return aten.searchsorted.Tensor(boundaries, self, out_int32=out_int32, right=right)
+
+
+def _new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None,
+                       pin_memory=None):
+    return aten.empty_strided.default(size, stride, dtype=dtype or self.dtype, device=self.device)
+
+
+def _rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None):
+    return aten.rand.default(list(self.shape), dtype=dtype or self.dtype, device=self.device)
+
+
+def _randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None,
+                memory_format=None):
+    return aten.randn.default(list(self.shape), dtype=dtype or self.dtype, device=self.device)
+
+
+def _bernoulli_p(self, p=0.5, *, generator=None):
+    r = aten.rand.default(list(self.shape), dtype=self.dtype, device=self.device)
+    return aten._to_copy.default(aten.lt.Scalar(r, p), dtype=self.dtype)
+
+
+def _uniform_like(self, dtype=None):
+    """``rand`` of ``self``'s shape (f32 numbers for half types, then rounded)."""
+    d = dtype or self.dtype
+    cd = torch.float32 if d in (torch.float16, torch.bfloat16) else d
+    return aten.rand.default(list(self.shape), dtype=cd, device=self.device)
+
+
+def _exponential(self, lambd=1.0, *, generator=None):
+    u = _uniform_like(self)
+    return aten._to_copy.default(aten.div.Scalar(aten.neg.default(aten.log1p.default(
+        aten.neg.default(u))), lambd), dtype=self.dtype)
+
+
+def _cauchy(self, median=0.0, sigma=1.0, *, generator=None):
+    u = _uniform_like(self)
+    t = aten.tan.default(aten.mul.Scalar(aten.sub.Scalar(u, 0.5), math.pi))
+    return aten._to_copy.default(aten.add.Scalar(aten.mul.Scalar(t, sigma), median),
+                                 dtype=self.dtype)
+
+
+def _log_normal(self, mean=1.0, std=2.0, *, generator=None):
+    z = aten.randn.default(list(self.shape), dtype=self.dtype, device=self.device)
+    return aten.exp.default(aten.add.Scalar(aten.mul.Scalar(z, std), mean))
+
+
+def _geometric(self, p, *, generator=None):
+    u = _uniform_like(self)
+    k = aten.ceil.default(aten.div.Scalar(aten.log1p.default(aten.neg.default(u)),
+                                          math.log1p(-p)))
+    k = aten.clamp.default(k, 1)  # u == 0 gives 0 trials; a geometric number is at least 1
+    return aten._to_copy.default(k, dtype=self.dtype)
+
+
+def _uniform(self, from_=0.0, to=1.0, *, generator=None):
+    u = _uniform_like(self)
+    return aten._to_copy.default(aten.add.Scalar(aten.mul.Scalar(u, to - from_), from_),
+                                 dtype=self.dtype)
+
+
+def _normal_tt(mean, std, *, generator=None):
+    shape = torch.broadcast_shapes(mean.shape, std.shape)
+    dt = torch.promote_types(mean.dtype, std.dtype)
+    z = aten.randn.default(list(shape), dtype=dt, device=mean.device)
+    return aten.add.Tensor(aten.mul.Tensor(z, std), mean)
+
+
+def _normal_tf(mean, std=1.0, *, generator=None):
+    z = aten.randn.default(list(mean.shape), dtype=mean.dtype, device=mean.device)
+    return aten.add.Tensor(aten.mul.Scalar(z, std), mean)
+
+
+def _normal_ft(mean, std, *, generator=None):
+    z = aten.randn.default(list(std.shape), dtype=std.dtype, device=std.device)
+    return aten.add.Scalar(aten.mul.Tensor(z, std), mean)
+
+
+def _normal_ff(mean, std, size, *, generator=None, dtype=None, layout=None, device=None,
+               pin_memory=None):
+    z = aten.randn.default(list(size), dtype=dtype or torch.get_default_dtype(), device=device)
+    return aten.add.Scalar(aten.mul.Scalar(z, std), mean)
+
+
+def _normal_functional(self, mean=0.0, std=1.0, *, generator=None):
+    z = aten.randn.default(list(self.shape), dtype=self.dtype, device=self.device)
+    return aten.add.Scalar(aten.mul.Scalar(z, std), mean)
+
+
+def _randint_range(low, high, size, dtype, device):
+    """``low + floor(u * (high - low))`` from f64 uniforms, at most ``high - 1``."""
+    u = aten.rand.default(list(size), dtype=torch.float64, device=device)
+    k = aten.floor.default(aten.mul.Scalar(u, high - low))
+    k = aten.clamp.default(k, None, high - low - 1)
+    return aten._to_copy.default(aten.add.Scalar(k, low), dtype=dtype)
+
+
+def _randint(high, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _randint_range(0, high, size, dtype or torch.int64, device)
+
+
+def _randint_low(low, high, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _randint_range(low, high, size, dtype or torch.int64, device)
+
+
+def _randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memory=None,
+                  memory_format=None):
+    return _randint_range(0, high, self.shape, dtype or self.dtype, self.device)
+
+
+def _randint_like_low(self, low, high, *, dtype=None, layout=None, device=None,
+                      pin_memory=None, memory_format=None):
+    return _randint_range(low, high, self.shape, dtype or self.dtype, self.device)
+
+
+def table() -> Dict[torch._ops.OpOverload, Callable]:
+    """The decompositions, by op overload."""
+    return {
+        aten.view_copy.default: _view_copy,
+        aten.permute_copy.default: _permute_copy,
+        aten.narrow_copy.default: _narrow_copy,
+        aten.as_strided_copy.default: _as_strided_copy,
+        aten.unbind_copy.int: _unbind_copy,
+        aten.max.default: _max_all,
+        aten.min.default: _min_all,
+        aten.fmax.default: _fmax,
+        aten.fmin.default: _fmin,
+        aten.hypot.default: _hypot,
+        aten.addbmm.default: _addbmm,
+        aten.index_reduce.default: _index_reduce,
+        aten.scatter.reduce: _scatter_reduce_src,
+        aten.scatter.value_reduce: _scatter_reduce_value,
+        aten.put.default: _put,
+        aten.bucketize.Tensor: _bucketize,
+        aten.new_empty_strided.default: _new_empty_strided,
+        aten.rand_like.default: _rand_like,
+        aten.randn_like.default: _randn_like,
+        aten.bernoulli.p: _bernoulli_p,
+        aten.exponential.default: _exponential,
+        aten.cauchy.default: _cauchy,
+        aten.log_normal.default: _log_normal,
+        aten.geometric.default: _geometric,
+        aten.uniform.default: _uniform,
+        aten.normal.Tensor_Tensor: _normal_tt,
+        aten.normal.Tensor_float: _normal_tf,
+        aten.normal.float_Tensor: _normal_ft,
+        aten.normal.float_float: _normal_ff,
+        aten.normal_functional.default: _normal_functional,
+        aten.randint.default: _randint,
+        aten.randint.low: _randint_low,
+        aten.randint_like.default: _randint_like,
+        aten.randint_like.low_dtype: _randint_like_low,
+    }

@@ -1,0 +1,126 @@
+"""fxhlo.extra_decomps: each decomposition against the op it replaces, in eager (exact match,
+NaN where the op gives NaN), and through the torch.compile backend in strict mode."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fxhlo import extra_decomps
+
+aten = torch.ops.aten
+
+
+def _x(*shape, seed=0, nan=False):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(*shape, generator=g)
+    if nan and t.numel() > 2:
+        t.view(-1)[1] = math.nan
+    return t
+
+
+CASES = [
+    (aten.view_copy.default, (_x(2, 6), [3, 4]), {}),
+    (aten.permute_copy.default, (_x(2, 3, 4), [2, 0, 1]), {}),
+    (aten.narrow_copy.default, (_x(5, 4), 0, 1, 3), {}),
+    (aten.as_strided_copy.default, (_x(4, 4), [2, 2], [1, 4], 1), {}),
+    (aten.unbind_copy.int, (_x(3, 2), 1), {}),
+    (aten.max.default, (_x(3, 4, nan=True),), {}),
+    (aten.max.default, (_x(3, 4),), {}),
+    (aten.min.default, (_x(3, 4),), {}),
+    (aten.fmax.default, (_x(3, 4, nan=True), _x(4, seed=1, nan=True)), {}),
+    (aten.fmin.default, (_x(3, 4, nan=True), _x(4, seed=1)), {}),
+    (aten.hypot.default, (_x(3, 4), _x(3, 4, seed=2)), {}),
+    (aten.addbmm.default, (_x(3, 5), _x(2, 3, 4, seed=1), _x(2, 4, 5, seed=2)), {}),
+    (aten.addbmm.default, (_x(3, 5), _x(2, 3, 4, seed=1), _x(2, 4, 5, seed=2)),
+     {"beta": 0.5, "alpha": 2}),
+    (aten.addbmm.default, (torch.full((3, 5), math.nan), _x(2, 3, 4, seed=1),
+                           _x(2, 4, 5, seed=2)), {"beta": 0}),
+    (aten.scatter.reduce, (_x(3, 5), 1, torch.tensor([[0, 1, 0], [2, 2, 4], [1, 1, 1]]),
+                           _x(3, 3, seed=1)), {"reduce": "add"}),
+    (aten.scatter.reduce, (_x(3, 5), 1, torch.tensor([[0, 1, 0], [2, 2, 4], [1, 1, 1]]),
+                           _x(3, 3, seed=1)), {"reduce": "multiply"}),
+    (aten.scatter.value_reduce, (_x(3, 5), 0, torch.tensor([[0, 1, 2, 0, 1]]), 1.5),
+     {"reduce": "multiply"}),
+    (aten.put.default, (_x(3, 4), torch.tensor([0, -1, 5]), _x(3, seed=1)), {}),
+    (aten.put.default, (_x(3, 4), torch.tensor([[0, 5], [5, 11]]), _x(2, 2, seed=1), True), {}),
+    (aten.bucketize.Tensor, (_x(3, 4), torch.tensor([-1.0, 0.0, 0.5, 2.0])), {}),
+    (aten.bucketize.Tensor, (_x(3, 4), torch.tensor([-1.0, 0.0, 0.5, 2.0])),
+     {"right": True, "out_int32": True}),
+]
+for r in ("prod", "mean", "amax", "amin"):
+    for inc in (True, False):
+        CASES.append((aten.index_reduce.default, (_x(4, 3), 0, torch.tensor([0, 2, 0, 3, 0]),
+                                                  _x(5, 3, seed=1), r), {"include_self": inc}))
+        CASES.append((aten.index_reduce.default, (_x(3, 4), -1, torch.tensor([1, 1, 3]),
+                                                  _x(3, 3, seed=2), r), {"include_self": inc}))
+
+
+@pytest.mark.parametrize("op,args,kwargs", CASES, ids=lambda v: str(v)[:40])
+def test_decomposition_matches_op(op, args, kwargs):
+    fn = extra_decomps.table()[op]
+    want = op(*args, **kwargs)
+    got = fn(*args, **kwargs)
+    if isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        pairs = list(zip(got, want))
+    else:
+        pairs = [(got, want)]
+    for g, w in pairs:
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_random_decompositions_have_the_right_type():
+    x = _x(64, 64)
+    t = extra_decomps.table()
+    for op in (aten.rand_like.default, aten.randn_like.default):
+        r = t[op](x)
+        assert r.shape == x.shape and r.dtype == x.dtype
+    b = t[aten.bernoulli.p](x, 0.25)
+    assert b.dtype == x.dtype and set(b.unique().tolist()) <= {0.0, 1.0}
+    assert abs(b.mean().item() - 0.25) < 0.05
+    e = t[aten.new_empty_strided.default](x, [2, 3], [3, 1])
+    assert e.shape == (2, 3) and e.dtype == x.dtype
+
+
+def test_compiled_through_the_backend(tmp_path):
+    """The decompositions produce graphs fxhlo compiles whole (strict mode)."""
+    def f(x, y, idx, edges):
+        a = torch.fmax(x, y) + torch.hypot(x, y)
+        b = torch.index_reduce(x, 0, idx, y, "amax")
+        return a, b, torch.max(x), torch.bucketize(x, edges)
+
+    x, y = _x(4, 3), _x(4, 3, seed=1)
+    idx = torch.tensor([0, 2, 0, 1])
+    edges = torch.tensor([-0.5, 0.0, 0.5])
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
+    for g, w in zip(cf(x, y, idx, edges), f(x, y, idx, edges)):
+        torch.testing.assert_close(g, w)
+
+
+def test_random_distributions():
+    """Sample moments of the random decompositions (4096 draws, loose 5-sigma-ish bounds)."""
+    t = extra_decomps.table()
+    x = torch.empty(64, 64)
+    e = t[aten.exponential.default](x, 2.0)
+    assert e.min() >= 0 and abs(e.mean().item() - 0.5) < 0.05
+    u = t[aten.uniform.default](x, -2.0, 3.0)
+    assert u.min() >= -2 and u.max() <= 3 and abs(u.mean().item() - 0.5) < 0.15
+    ln = t[aten.log_normal.default](x, 0.0, 0.5)
+    assert abs(ln.log().mean().item()) < 0.05 and abs(ln.log().std().item() - 0.5) < 0.05
+    g = t[aten.geometric.default](x, 0.25)
+    assert g.min() >= 1 and (g == g.round()).all() and abs(g.mean().item() - 4.0) < 0.3
+    c = t[aten.cauchy.default](x, 1.0, 2.0)
+    assert abs(c.median().item() - 1.0) < 0.2
+    n = t[aten.normal.Tensor_Tensor](torch.full((64, 64), 3.0), torch.full((64,), 2.0))
+    assert abs(n.mean().item() - 3.0) < 0.15 and abs(n.std().item() - 2.0) < 0.15
+    n = t[aten.normal.float_float](-1.0, 0.5, [64, 64])
+    assert n.dtype == torch.float32 and abs(n.mean().item() + 1.0) < 0.05
+    r = t[aten.randint.low](-3, 4, [64, 64])
+    assert r.dtype == torch.int64 and r.min() == -3 and r.max() == 3
+    r = t[aten.randint_like.default](torch.zeros(64, 64, dtype=torch.int32), 5)
+    assert r.dtype == torch.int32 and set(r.unique().tolist()) == {0, 1, 2, 3, 4}
