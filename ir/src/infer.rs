@@ -1588,6 +1588,26 @@ pub fn tri_count(row: i64, col: i64, offset: i64, lower: bool) -> i64 {
         .sum()
 }
 
+/// The entries of `tril_indices(row, col, offset)` (`lower`) or `triu_indices`: the row
+/// coordinates of the triangle row by row, then its column coordinates (the `[2, count]`
+/// result, flattened). The interpreter and the StableHLO lowering both write these.
+pub fn tri_coordinates(row: i64, col: i64, offset: i64, lower: bool) -> Vec<i64> {
+    let (mut rows, mut cols) = (vec![], vec![]);
+    for i in 0..row.max(0) {
+        let (lo, hi) = if lower {
+            (0, (i + offset + 1).clamp(0, col))
+        } else {
+            ((i + offset).clamp(0, col), col)
+        };
+        for j in lo..hi {
+            rows.push(i);
+            cols.push(j);
+        }
+    }
+    rows.extend(cols);
+    rows
+}
+
 /// `tril_indices`/`triu_indices(row, col, offset)`: a `[2, count]` index tensor.
 pub fn tri_indices(cx: &InferCx) -> R<Vec<TensorType>> {
     let (row, col) = (cx.int("row")?, cx.int("col")?);

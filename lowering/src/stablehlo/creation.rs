@@ -32,20 +32,8 @@ pub(crate) fn empty(cx: &mut Cx) -> R<V> {
 pub(crate) fn tri_indices(cx: &mut Cx, lower: bool) -> R<V> {
     let (row, col, offset) = (cx.int("row")?, cx.int("col")?, cx.int("offset")?);
     let d = cx.out_dtype(0);
-    let (mut rows, mut cols) = (vec![], vec![]);
-    for i in 0..row.max(0) {
-        let (lo, hi) = if lower {
-            (0, (i + offset + 1).clamp(0, col))
-        } else {
-            ((i + offset).clamp(0, col), col)
-        };
-        for j in lo..hi {
-            rows.push(i);
-            cols.push(j);
-        }
-    }
-    let n = rows.len() as i64;
-    rows.extend(cols);
+    let rows = fxhlo_ir::infer::tri_coordinates(row, col, offset, lower);
+    let n = rows.len() as i64 / 2;
     let v = cx.em.dense_i64(&[2, n], &rows);
     Ok(cx.em.convert(&v, d))
 }

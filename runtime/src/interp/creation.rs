@@ -119,21 +119,9 @@ pub(crate) fn empty(cx: &Ctx) -> R<Tensor> {
 /// (upper) triangle, row by row.
 pub(crate) fn tri_indices(cx: &Ctx, lower: bool) -> R<Tensor> {
     let (row, col, offset) = (cx.int("row")?, cx.int("col")?, cx.int("offset")?);
-    let (mut rows, mut cols) = (vec![], vec![]);
-    for i in 0..row.max(0) {
-        let (lo, hi) = if lower {
-            (0, (i + offset + 1).clamp(0, col))
-        } else {
-            ((i + offset).clamp(0, col), col)
-        };
-        for j in lo..hi {
-            rows.push(i);
-            cols.push(j);
-        }
-    }
-    let n = rows.len();
-    rows.extend(cols);
-    Ok(Tensor::from_i64s(cx.out_dtype(), vec![2, n], rows))
+    let coords = fxhlo_ir::infer::tri_coordinates(row, col, offset, lower);
+    let n = coords.len() / 2;
+    Ok(Tensor::from_i64s(cx.out_dtype(), vec![2, n], coords))
 }
 
 /// `scalar_tensor(s, dtype)`: a 0-d tensor.
