@@ -44,10 +44,15 @@ fn exec_err(e: impl std::fmt::Display) -> PyErr {
     ExecutionError::new_err(e.to_string())
 }
 
-/// The compiler's version.
+/// The compiler's version and the artifact format it writes, as `0.1.0+fxa9`: the torch
+/// backend's disk cache keys its entries on it, so a new format never reads an old entry.
 #[pyfunction]
-fn version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
+fn version() -> String {
+    format!(
+        "{}+fxa{}",
+        env!("CARGO_PKG_VERSION"),
+        fxhlo_runtime::fast::artifact::FORMAT_VERSION
+    )
 }
 
 /// Reads a model (fxjson file, testdata folder or .pt2) and returns its IR text.
