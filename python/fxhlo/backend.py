@@ -37,6 +37,8 @@ import torch.fx
 from . import _native
 from .decomp import AttentionAsMath, decompositions, table_for  # noqa: F401 (public)
 from .dump import DTYPE_NAMES, _DROPPED_OPS, _op_name
+from .freezing import FrozenGraph, freeze_graph, static_tensors
+from .freezing import plan as freezing_plan
 from .runner import (STATS, CompileConfig, GraphStats, compile_graph_module, fold_constants,
                      prepare_graph)
 
@@ -51,6 +53,8 @@ OPTIONS = {
     "cache": "use the on-disk compile cache (default True)",
     "cache_dir": "folder of the compile cache (default: FXHLO_CACHE_DIR or ~/.cache/fxhlo)",
     "strict": "raise fxhlo.FxhloError instead of falling back to eager (default False)",
+    "freezing": "under torch.no_grad()/inference_mode(), compile parameters and buffers as "
+                "constants, checked at every call (default True; fxhlo/freezing.py)",
 }
 
 
@@ -79,7 +83,8 @@ def parse_options(options: Optional[Dict[str, Any]]) -> tuple:
     cfg = CompileConfig(opt_level=int(lvl), threads=threads,
                         cache=bool(options.get("cache", True)),
                         cache_dir=options.get("cache_dir"),
-                        dump_dir=options.get("dump_dir"))
+                        dump_dir=options.get("dump_dir"),
+                        freezing=bool(options.get("freezing", True)))
     return cfg, bool(options.get("strict", False))
 
 
@@ -248,6 +253,9 @@ class Session:
         # unique graph name -> the name it was made from (the shape specializations of a
         # dynamic graph, and recompilations, share it: their warnings are given once)
         self._base: Dict[str, str] = {}
+        # the Dynamo graph's inputs that are module parameters or buffers, frozen in its
+        # inference graphs (fxhlo/freezing.py): [(input index, tensor)]
+        self.static: list = []
 
     @property
     def support(self) -> _Support:
@@ -290,14 +298,47 @@ class Session:
     def compiler(self, kind: str) -> Callable:
         """An aot_autograd compiler (``fw_compiler`` etc.) for graphs of ``kind``."""
         def compile_fn(gm: torch.fx.GraphModule, example_inputs):
-            return self.compile(gm, example_inputs, f"g{self.id}_{kind}")
+            name = f"g{self.id}_{kind}"
+            if kind == "inference" and self.static:
+                return self.compile_frozen(gm, example_inputs, name)
+            return self.compile(gm, example_inputs, name)
         return compile_fn
 
-    def compile(self, gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable:
+    def compile_frozen(self, gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable:
+        """Compiles an inference graph with its parameters and buffers as constants
+        (fxhlo/freezing.py); the graph unfrozen if none can be frozen."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        try:
+            with unset_fake_temporarily():
+                frozen = freezing_plan(gm, self.static)
+                if frozen:
+                    original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+                    fgm, kept = freeze_graph(gm, frozen)
+        except Exception as e:  # noqa: BLE001 - freezing is an optimization: compile unfrozen
+            if self.strict:
+                raise
+            log.debug("fxhlo: %s not frozen: %s", name, _why(e))
+            frozen = []
+        if not frozen:
+            return self.compile(gm, example_inputs, name)
+        compiled = self.compile(fgm, [example_inputs[i] for i in kept], name, len(frozen))
+        log.debug("fxhlo: %s: %d of %d inputs frozen", name, len(frozen), len(example_inputs))
+
+        def unfreeze(reason: str) -> Callable:
+            # not a fallback (the graph stays compiled), so a warning even when strict
+            STATS.events.append(f"{name}: {reason}")
+            warnings.warn(f"fxhlo: {name}: {reason}; compiling the graph again without "
+                          f"freezing", FxhloFallbackWarning, stacklevel=2)
+            return self.compile(original, example_inputs, f"{name}_unfrozen")
+        return FrozenGraph(compiled, kept, frozen, unfreeze)
+
+    def compile(self, gm: torch.fx.GraphModule, example_inputs, name: str,
+                frozen: int = 0) -> Callable:
         """Compiles one ATen graph; returns a boxed callable.  Any failure (in the graph
         rewrites, the partitioner, the encoder or the compiler) runs the graph in eager, with
-        a warning, unless strict."""
+        a warning, unless strict.  ``frozen``: how many of its inputs were made constants."""
         gs = self.graph_stats(name)
+        gs.frozen = frozen
         gs.nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         # The graph's code as received: what runs in eager if anything fails. The rewrites
         # below change the graph in place, but they only add attributes and regenerate the
@@ -449,6 +490,8 @@ def fxhlo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any],
             return gm.forward
         if _is_dynamic(example_inputs):
             return ShapeSpecializer(gm, example_inputs, session)
+        if cfg.freezing:
+            session.static = static_tensors(gm, example_inputs)
         return _aot(gm, example_inputs, session)
     except Exception as e:  # noqa: BLE001 - never a crash: this graph runs in eager
         if strict:

@@ -43,6 +43,8 @@ class GraphStats:
     name: str
     #: op nodes of the graph as received
     nodes: int = 0
+    #: inputs (parameters and buffers) compiled as constants (fxhlo/freezing.py)
+    frozen: int = 0
     #: nodes computed from constants alone, evaluated once at compile time (see
     #: :func:`fold_constants`)
     folded: int = 0
@@ -103,6 +105,7 @@ class CompileConfig:
     cache: bool = True
     cache_dir: Optional[str] = None
     dump_dir: Optional[str] = None
+    freezing: bool = True
 
 
 def _is_input_alias(n: torch.fx.Node, memo: Dict[torch.fx.Node, bool]) -> bool:
