@@ -6,8 +6,10 @@ the Rust compiler (through the on-disk cache) and returns a :class:`CompiledGrap
 
 What runs where:
 
-* outputs computed by ops are compiled; the compiled program writes them straight into freshly
-  allocated ``torch.empty`` tensors (no copy out);
+* outputs computed by ops are compiled; the compiled program writes them straight into
+  ``torch`` tensors (no copy out), whose memory comes from an :class:`OutputPool`: a large
+  output's storage is handed out again once nobody holds it any more (no page faults of fresh
+  memory on every call);
 * inputs are passed by data pointer (no copy in); an input that is not contiguous is made
   contiguous once per call (one copy of that input);
 * outputs that are graph inputs, or views of graph inputs (``x.t()``, ``x[1:]``), are not
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 import operator
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -187,6 +190,91 @@ def compile_native(text: str, weights: Dict[str, torch.Tensor], cfg: CompileConf
 _dump_seq = [0]
 
 
+class OutputPool:
+    """Reuses the memory of a compiled graph's outputs across calls, as ONNX Runtime's arena
+    and PyTorch's caching allocators do.
+
+    After a call, the pool keeps a reference to each large output's storage.  At the next
+    call, a kept storage whose only remaining reference is the pool's
+    (``torch._C._storage_Use_Count == 1``: the caller dropped the tensor and every view of
+    it) backs the new output; one still in use is left to its holder and a fresh tensor is
+    allocated.  So an output is never overwritten while anyone can see it.  Outputs under
+    ``MIN_BYTES`` are left to the allocator (fast for small sizes); the memory the pools of
+    all graphs keep is at most ``FXHLO_OUTPUT_POOL_MIB`` MiB (default 1024; 0 turns pooling
+    off), so many compiled specializations cannot hoard memory.
+    """
+
+    MIN_BYTES = 256 << 10
+    _lock = threading.Lock()
+    _held = [0]  # bytes kept by every pool of the process
+
+    def __init__(self, specs: List[Tuple[torch.dtype, Tuple[int, ...]]]):
+        self.specs = specs
+        self.nbytes = [_numel(s) * torch.empty(0, dtype=d).element_size() for d, s in specs]
+        self.kept: List[Optional[Any]] = [None] * len(specs)
+        limit = os.environ.get("FXHLO_OUTPUT_POOL_MIB", "1024")
+        try:
+            self.limit = max(0, int(limit)) << 20
+        except ValueError:
+            self.limit = 1024 << 20
+
+    def take(self) -> List[torch.Tensor]:
+        """Tensors for the outputs of one call."""
+        outs = []
+        for k, (d, shape) in enumerate(self.specs):
+            st = None
+            with self._lock:
+                if self.kept[k] is not None:
+                    st, self.kept[k] = self.kept[k], None
+                    OutputPool._held[0] -= self.nbytes[k]
+            if (st is not None and torch._C._storage_Use_Count(st._cdata) == 1
+                    and st.nbytes() >= self.nbytes[k]):
+                outs.append(torch.empty(0, dtype=d).set_(st, 0, shape,
+                                                         _contiguous_strides(shape)))
+            else:
+                outs.append(torch.empty(shape, dtype=d))
+        return outs
+
+    def give(self, outs: List[torch.Tensor]) -> None:
+        """Keeps the storages of a call's large outputs for a later call."""
+        for k, t in enumerate(outs):
+            n = self.nbytes[k]
+            if n < self.MIN_BYTES:
+                continue
+            with self._lock:
+                if self.kept[k] is None and OutputPool._held[0] + n <= self.limit:
+                    self.kept[k] = t.untyped_storage()
+                    OutputPool._held[0] += n
+
+    def release(self) -> None:
+        with self._lock:
+            for k, st in enumerate(self.kept):
+                if st is not None:
+                    OutputPool._held[0] -= self.nbytes[k]
+                    self.kept[k] = None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _contiguous_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
 class CompiledGraph:
     """Runs a compiled graph on torch tensors; called with the graph's inputs as a list
     (aot_autograd's boxed convention) and returns the graph's outputs as a list."""
@@ -204,6 +292,7 @@ class CompiledGraph:
         self.out_plan = out_plan
         self.out_specs = [] if native is None else [
             (DTYPES_BY_NAME[d], tuple(s)) for _, d, s in native.output_specs()]
+        self.pool = OutputPool(self.out_specs)
         self.name = name
         # [(arg index, value)]: number inputs the graph was specialized to
         self.number_checks: List[Tuple[int, Any]] = []
@@ -241,9 +330,10 @@ class CompiledGraph:
                 t = t.contiguous()
             keep.append(t)
             ptrs.append(t.data_ptr())
-        outs = [torch.empty(s, dtype=d) for d, s in self.out_specs]
+        outs = self.pool.take()
         if self.native is not None and (outs or ptrs):
             self.native.run_ptrs(ptrs, [o.data_ptr() for o in outs])
+        self.pool.give(outs)
         STATS.runs += 1
         if self.stats is not None:
             self.stats.runs += 1
