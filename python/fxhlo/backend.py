@@ -28,6 +28,7 @@ import itertools
 import logging
 import operator
 import re
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -375,7 +376,9 @@ class Session:
                 bad[r] = bad.get(r, 0) + 1
         if bad:
             return self._partition(gm, gs, bad)
+        t0 = time.perf_counter()
         cg = compile_graph_module(gm, self.cfg, gs.name)
+        gs.compile_ms += (time.perf_counter() - t0) * 1e3
         gs.compiled_partitions = 1
         self._count_steps(gs, [cg])
         cg.stats = gs
@@ -407,7 +410,9 @@ class Session:
             single = not isinstance(out.args[0], (list, tuple))
             what = f"partition {node.target}"
             try:
+                t0 = time.perf_counter()
                 cg = compile_graph_module(sub, self.cfg, f"{gs.name}_{node.target}")
+                gs.compile_ms += (time.perf_counter() - t0) * 1e3
             except Exception as e:  # noqa: BLE001 - this partition runs in eager
                 if self.strict:
                     raise

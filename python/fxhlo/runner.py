@@ -67,6 +67,8 @@ class GraphStats:
     eager_reasons: List[str] = field(default_factory=list)
     #: calls of its compiled programs
     runs: int = 0
+    #: milliseconds spent encoding and compiling it (fxhlo's part of the first call)
+    compile_ms: float = 0.0
 
 
 @dataclass
