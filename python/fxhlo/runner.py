@@ -147,12 +147,44 @@ def _weights_bytes(weights: Dict[str, torch.Tensor]) -> Optional[bytes]:
     return save({k: v.contiguous() for k, v in weights.items()})
 
 
+#: Graphs whose constants take more bytes than this (frozen weights of real models) are
+#: compiled with their weights handed over by address and not through the disk cache: hashing
+#: them for the key and writing them into an entry would cost about as much as compiling
+#: (BERT-base, 417 MiB: ~1 s to hash, a 437 MB entry per model), and serializing them ~1 s.
+CACHE_MAX_WEIGHT_BYTES = 64 << 20
+
+
+def _weight_refs(weights: Dict[str, torch.Tensor]) -> Tuple[list, list]:
+    """``(refs, keep)``: ``(name, dtype, shape, data_ptr, nbytes)`` of each weight made
+    contiguous, and the tensors to keep alive while the compiler reads them."""
+    refs, keep = [], []
+    for k, v in weights.items():
+        t = v.detach().contiguous()
+        keep.append(t)
+        refs.append((k, DTYPE_NAMES[t.dtype], list(t.shape), t.data_ptr() if t.numel() else 0,
+                     t.numel() * t.element_size()))
+    return refs, keep
+
+
 def compile_native(text: str, weights: Dict[str, torch.Tensor], cfg: CompileConfig,
                    what: str = "graph"):
     """Compiles fxjson ``text`` (constants in ``weights``) through the disk cache.
 
     Returns the native ``Compiled``.  Raises ``fxhlo.CompileError`` when the graph is refused.
     """
+    nbytes = sum(v.numel() * v.element_size() for v in weights.values())
+    if nbytes > CACHE_MAX_WEIGHT_BYTES:
+        t0 = time.perf_counter()
+        refs, keep = _weight_refs(weights)
+        c = _native.compile_with_weights(text, refs, opt_level=cfg.opt_level,
+                                         threads=cfg.threads)
+        del keep
+        dt = time.perf_counter() - t0
+        STATS.graphs_compiled += 1
+        STATS.compile_seconds += dt
+        log.debug("fxhlo: %s compiled in %.2f ms with %d MiB of weights by address (not "
+                  "cached)", what, dt * 1e3, nbytes >> 20)
+        return c
     wbytes = _weights_bytes(weights)
     t0 = time.perf_counter()
     key = None

@@ -128,3 +128,30 @@ def test_a_buffer_the_graph_mutates_is_not_frozen():
     torch.testing.assert_close(m.acc, ref.acc)
     # the linear's weight and bias are frozen, the buffer is not
     assert max(_frozen_counts().values()) == 2
+
+
+def test_large_weights_go_by_address_and_skip_the_disk_cache(monkeypatch, tmp_path):
+    import fxhlo.runner as runner
+    monkeypatch.setattr(runner, "CACHE_MAX_WEIGHT_BYTES", 1024)  # ConvNet's ~1.2 KiB frozen
+    m, x = _model(), torch.randn(2, 3, 8, 8)
+    c = torch.compile(m, backend="fxhlo", options={"cache_dir": str(tmp_path), "strict": True})
+    with torch.no_grad():
+        got = c(x)
+    torch.testing.assert_close(got, m(x), rtol=1e-4, atol=1e-5)
+    assert list(_frozen_counts().values()) == [8]
+    st = fxhlo.stats()
+    assert st["graphs_compiled"] == 1 and st["cache_misses"] == 0
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+def test_weights_by_address_are_checked():
+    import fxhlo._native as native
+    graph = ('{"format": "fxhlo-graph", "version": 1, "inputs": [{"name": "w", "kind": '
+             '"constant", "type": "f32[2]"}], "nodes": [], "outputs": ["w"]}')
+    w = torch.tensor([1.0, 2.0])
+    with pytest.raises(native.CompileError, match="weight 'w': 4 bytes"):
+        native.compile_with_weights(graph, [("w", "f32", [2], w.data_ptr(), 4)])
+    with pytest.raises(native.CompileError, match="unknown dtype 'f33'"):
+        native.compile_with_weights(graph, [("w", "f33", [2], w.data_ptr(), 8)])
+    with pytest.raises(native.CompileError, match="overflows"):
+        native.compile_with_weights(graph, [("w", "f32", [2**40, 2**40], w.data_ptr(), 8)])
