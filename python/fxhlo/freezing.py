@@ -117,11 +117,12 @@ def plan(aot_gm: torch.fx.GraphModule, dynamo_static: List[Tuple[int, torch.Tens
 
 def freeze_graph(gm: torch.fx.GraphModule, frozen: List[FrozenInput]) -> Tuple[torch.fx.GraphModule, List[int]]:
     """A copy of ``gm`` whose frozen placeholders are ``get_attr`` constants holding the
-    tensors (shared, not copied), and the indices of the inputs it still takes."""
+    tensors (shared, not copied), and the indices of the inputs it still takes.  The
+    constants are also set on ``gm`` (under names no graph uses), so that the copy, made from
+    ``gm`` as its root, finds them with the graph's own constants."""
     graph = torch.fx.Graph()
     env = {}
     idx = {f.index: f for f in frozen}
-    out = torch.fx.GraphModule(gm, graph)
     kept = []
     k = 0
     for n in gm.graph.nodes:
@@ -129,7 +130,7 @@ def freeze_graph(gm: torch.fx.GraphModule, frozen: List[FrozenInput]) -> Tuple[t
             f = idx.get(k)
             if f is not None:
                 attr = f"_fxhlo_frozen_{k}"
-                out.register_buffer(attr, f.tensor.detach(), persistent=False)
+                gm.register_buffer(attr, f.tensor.detach(), persistent=False)
                 new = graph.get_attr(attr)
             else:
                 kept.append(k)
@@ -139,8 +140,7 @@ def freeze_graph(gm: torch.fx.GraphModule, frozen: List[FrozenInput]) -> Tuple[t
         else:
             new = graph.node_copy(n, lambda a: env[a])
         env[n] = new
-    out.recompile()
-    return out, kept
+    return torch.fx.GraphModule(gm, graph), kept
 
 
 class FrozenGraph:

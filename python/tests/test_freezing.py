@@ -155,3 +155,23 @@ def test_weights_by_address_are_checked():
         native.compile_with_weights(graph, [("w", "f33", [2], w.data_ptr(), 8)])
     with pytest.raises(native.CompileError, match="overflows"):
         native.compile_with_weights(graph, [("w", "f32", [2**40, 2**40], w.data_ptr(), 8)])
+
+
+class WithConstant(torch.nn.Module):
+    """A lifted tensor constant (a get_attr of the graph) beside the frozen parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+
+def test_graph_constants_survive_freezing():
+    torch.manual_seed(0)
+    m, x = WithConstant().eval(), torch.randn(3, 4)
+    with torch.no_grad():
+        got = _compile(m, strict=True)(x)
+    torch.testing.assert_close(got, m(x))
+    assert list(_frozen_counts().values()) == [2]
