@@ -549,6 +549,12 @@ def _aot(gm, example_inputs, session: Session) -> Callable:
     return disable(cg, reason="do not trace AOT-compiled graph")
 
 
+def _is_item(n: torch.fx.Node) -> bool:
+    return ((n.op == "call_method" and n.target == "item")
+            or (n.op == "call_function" and n.target in (torch.ops.aten._local_scalar_dense.default,
+                                                        torch.ops.aten.item.default)))
+
+
 class ShapeSpecializer:
     """Runs a Dynamo graph with symbolic shapes by compiling it once per concrete signature
     (input shapes, dtypes, strides' contiguity, requires_grad, and the values of integer
@@ -559,14 +565,22 @@ class ShapeSpecializer:
         self.gm = gm
         self.session = session
         self.cache: Dict[tuple, Callable] = {}
+        # inputs that are numbers wrapped in 0-d tensors and read with .item() (Dynamo passes
+        # a module's float attributes this way with dynamic=True, e.g. LayerNorm's eps):
+        # their values are part of the signature and become constants of the specialization
+        # (tracing .item() of a fake tensor is data-dependent: the graph ran in eager)
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.items = {i: [u for u in n.users] for i, n in enumerate(phs)
+                      if n.users and all(_is_item(u) for u in n.users)}
         log.debug("fxhlo: g%d has symbolic shapes; compiling per concrete shape",
                   session.id)
 
-    @staticmethod
-    def _key(args) -> tuple:
+    def _key(self, args) -> tuple:
         k = []
-        for a in args:
-            if isinstance(a, torch.Tensor):
+        for i, a in enumerate(args):
+            if i in self.items and isinstance(a, torch.Tensor) and a.numel() == 1:
+                k.append(("item", a.dtype, a.item()))
+            elif isinstance(a, torch.Tensor):
                 k.append((tuple(a.shape), a.dtype, a.device.type, a.requires_grad,
                           a.is_contiguous()))
             elif isinstance(a, (int, float, bool)):
@@ -583,6 +597,24 @@ class ShapeSpecializer:
             self.cache[key] = fn
         return fn(*args)
 
+    def _with_items(self, args) -> torch.fx.GraphModule:
+        """The graph with the ``.item()`` of each number input replaced by its value in
+        ``args`` (the graph itself when it reads none)."""
+        if not self.items:
+            return self.gm
+        gm = torch.fx.GraphModule(self.gm, copy.deepcopy(self.gm.graph))
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i in self.items:
+            value = args[i].item()
+            for item in list(phs[i].users):
+                for u in list(item.users):
+                    u.args = torch.fx.node.map_arg(u.args, lambda a: value if a is item else a)
+                    u.kwargs = torch.fx.node.map_arg(u.kwargs,
+                                                     lambda a: value if a is item else a)
+                gm.graph.erase_node(item)
+        gm.recompile()
+        return gm
+
     def _specialize(self, args) -> Callable:
         from torch._dynamo import disable
         from torch._guards import detect_fake_mode
@@ -591,7 +623,7 @@ class ShapeSpecializer:
         def build():
             if detect_fake_mode(args) is not None:
                 raise RuntimeError("fake tensors at run time")
-            return _aot(self.gm, list(args), self.session)
+            return _aot(self._with_items(args), list(args), self.session)
         try:
             return build()
         except Exception as e:  # noqa: BLE001 - never a crash: run this shape in eager

@@ -481,6 +481,34 @@ def test_dynamic_shapes_specialize_per_shape(dynamic):
     torch.testing.assert_close(g, x.grad, rtol=RTOL, atol=ATOL)
 
 
+class _NormBlock(torch.nn.Module):
+    def __init__(self, eps):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(16, eps=eps)
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(self.ln(x)).relu()
+
+
+def test_dynamic_graph_reading_a_float_attribute_is_compiled():
+    """With dynamic=True Dynamo passes a module's float attribute (LayerNorm's eps) as a 0-d
+    tensor read with .item(); tracing that on fake tensors is data-dependent, so the whole
+    graph ran in eager. Its value is now part of each specialization (and a constant of it)."""
+    torch.manual_seed(0)
+    model = _NormBlock(1e-5)
+    cm = torch.compile(model, backend="fxhlo", dynamic=True, options={"strict": True})
+    with torch.no_grad():
+        for t in (5, 7, 5):
+            x = torch.randn(2, t, 16)
+            _assert_close(cm(x), model(x))
+        model.ln.eps = 0.5  # another value: another specialization, not the first one's
+        x = torch.randn(2, 7, 16)
+        _assert_close(cm(x), model(x))
+    assert STATS.fallback_graphs == 0
+    assert STATS.graphs_compiled + STATS.cache_hits == 3
+
+
 # ------------------------------------------------------------------------- options, errors
 
 def test_options(tmp_path):
