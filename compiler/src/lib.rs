@@ -177,9 +177,7 @@ fn compile_impl(
     // Steps that read only constants run now; their results become constants. Not those of
     // random ops, whose values belong to the run.
     let random: std::collections::HashSet<&str> = (m.graph.nodes.iter())
-        .filter(
-            |n| matches!(n.kind, fxhlo_ir::NodeKind::Op(op) if fxhlo_passes::cse::is_random(op)),
-        )
+        .filter(|n| matches!(n.kind, fxhlo_ir::NodeKind::Op(op) if op.is_random()))
         .map(|n| n.name.as_str())
         .collect();
     let pure = |s: &fxhlo_runtime::fast::Step| !s.nodes.iter().any(|n| random.contains(n.as_str()));

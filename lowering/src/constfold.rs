@@ -34,7 +34,7 @@ pub fn fold_shape_constants(g: &mut Graph) -> Result<Weights, String> {
         let NodeKind::Op(op) = node.kind else {
             continue;
         };
-        if fxhlo_passes::cse::is_random(op) {
+        if op.is_random() {
             continue;
         }
         shape_only[i] = node

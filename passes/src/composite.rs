@@ -21,7 +21,7 @@
 //! can treat it as one unit. [`CompositePass`] stores the groups on [`Cx::composites`].
 
 use crate::{Changed, Cx, Pass};
-use fxhlo_ir::{Arg, Graph, IrError, NodeId, NodeKind, Op, ValueRef};
+use fxhlo_ir::{Arg, Graph, IrError, NodeId, NodeKind, Op, OpKind, ValueRef, ViewKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -157,21 +157,6 @@ impl Pass for CompositePass {
         cx.composites = find(g);
         Ok(false)
     }
-}
-
-/// Ops that only re-shape or copy a value (element order of the logical tensor kept or
-/// broadcast): attention looks through them between its matmuls and its softmax.
-fn is_view_like(op: Op) -> bool {
-    matches!(
-        op,
-        Op::View
-            | Op::Expand
-            | Op::Clone
-            | Op::Alias
-            | Op::Unsqueeze
-            | Op::SqueezeDim
-            | Op::SqueezeDims
-    )
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -574,7 +559,12 @@ impl<'g> Matcher<'g> {
     /// Walks back from `v` through view-like ops, collecting their nodes.
     fn through_views(&self, mut v: ValueRef, nodes: &mut Vec<NodeId>) -> ValueRef {
         while let Some(op) = self.op_of(v) {
-            if !is_view_like(op) {
+            // views that keep the logical tensor's element order (or broadcast it), and
+            // copies: attention looks through them between its matmuls and its softmax
+            if !matches!(
+                op.kind(),
+                OpKind::View(ViewKind::Reshape | ViewKind::Broadcast | ViewKind::Copy)
+            ) {
                 break;
             }
             let Some(x) = self.t(v.node, "self") else {

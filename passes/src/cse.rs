@@ -8,19 +8,6 @@ use std::collections::HashMap;
 /// Merges identical pure op nodes.
 pub struct Cse;
 
-/// Ops whose results differ between two evaluations with the same arguments.
-pub fn is_random(op: Op) -> bool {
-    matches!(
-        op,
-        Op::Rand
-            | Op::Randn
-            | Op::Randperm
-            | Op::NativeDropout
-            | Op::EmptyMemoryFormat
-            | Op::EmptyStrided
-    )
-}
-
 impl Pass for Cse {
     fn name(&self) -> &'static str {
         "cse"
@@ -34,7 +21,7 @@ impl Pass for Cse {
             let NodeKind::Op(op) = g.nodes[i].kind else {
                 continue;
             };
-            if is_random(op) {
+            if op.is_random() {
                 continue;
             }
             let key = (op, format!("{:?}", g.nodes[i].args));

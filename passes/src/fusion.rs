@@ -15,8 +15,8 @@
 //! Kernels are built from the outputs upward (reverse topological order), which keeps every
 //! kernel convex, and listed in a topological order of the kernel graph.
 
-use crate::egraph::cost::{bytes, is_view};
-use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
+use crate::egraph::cost::bytes;
+use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, OpKind, ValueRef};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -100,69 +100,18 @@ pub enum Class {
     Other,
 }
 
-/// The fusion class of an op.
+/// The fusion class of an op, from its traits in the op table (`fxhlo_ir::traits`): views,
+/// contractions, convolutions and reductions by kind; elementwise if the fast runtime's
+/// expression engine computes it (`Op::fast_elementwise`); random ops and the rest fuse with
+/// nothing.
 pub fn classify(op: Op) -> Class {
-    use Op::*;
-    if is_view(op) {
-        return Class::View;
-    }
-    match op {
-        Permute | Clone | SliceTensor | SelectInt | Repeat | Flip | Diagonal => Class::View,
-        Mm | Bmm | Addmm => Class::Matmul,
-        Convolution => Class::Conv,
-        SumDimIntList
-        | MeanDim
-        | Mean
-        | Amax
-        | Amin
-        | Softmax
-        | LogSoftmax
-        | NativeLayerNorm
-        | VarCorrection
-        | VarDim
-        | Prod
-        | ProdDimInt
-        | Any
-        | AnyDim
-        | AnyDims
-        | Argmax
-        | Argmin
-        | MaxDim
-        | MinDim
-        | NativeGroupNorm
-        | NativeBatchNormLegit
-        | NativeBatchNormLegitNoStats => Class::Reduction,
-        _ if crate::cse::is_random(op) => Class::Other,
-        _ if crate::egraph::rules::is_unary_elementwise(op)
-            || crate::egraph::rules::is_binary_elementwise(op) =>
-        {
-            Class::Elementwise
-        }
-        ToCopy
-        | WhereSelf
-        | ClampTensor
-        | PowTensorTensor
-        | PowScalar
-        | Atan2
-        | FmodTensor
-        | FmodScalar
-        | RemainderTensor
-        | RemainderScalar
-        | BitwiseAndTensor
-        | BitwiseAndScalar
-        | BitwiseOrTensor
-        | BitwiseOrScalar
-        | BitwiseXorTensor
-        | BitwiseXorScalar
-        | DivTensorMode
-        | DivScalarMode
-        | LogicalXor
-        | NativeBatchNormLegitNoTraining
-        | Full
-        | FullLike
-        | ScalarTensor
-        | ArangeStartStep
-        | FillScalar => Class::Elementwise,
+    match op.kind() {
+        OpKind::View(_) => Class::View,
+        OpKind::Contraction => Class::Matmul,
+        OpKind::Convolution => Class::Conv,
+        OpKind::Reduction => Class::Reduction,
+        _ if op.is_random() => Class::Other,
+        _ if op.fast_elementwise() => Class::Elementwise,
         _ => Class::Other,
     }
 }
@@ -417,7 +366,7 @@ pub fn plan(g: &Graph) -> FusionPlan {
         .iter()
         .filter_map(|node| match &node.kind {
             NodeKind::Input { .. } => None,
-            NodeKind::Op(op) if is_view(*op) => Some(0.0),
+            NodeKind::Op(op) if op.is_view() => Some(0.0),
             _ => Some(
                 node.args
                     .iter()
@@ -447,15 +396,6 @@ pub fn plan(g: &Graph) -> FusionPlan {
     }
 }
 
-/// Ops whose result is a strided view of their operand (a matmul reads through them in place).
-pub fn is_strided_view(op: Op) -> bool {
-    is_view(op)
-        || matches!(
-            op,
-            Op::Permute | Op::Clone | Op::SliceTensor | Op::SelectInt
-        )
-}
-
 /// Whether node `i` multiplies an `f32` tensor by a number (folded into a matmul's scale).
 pub fn is_scale(g: &Graph, i: NodeId) -> bool {
     let n = &g.nodes[i];
@@ -464,7 +404,7 @@ pub fn is_scale(g: &Graph, i: NodeId) -> bool {
         && matches!(n.arg("other"), Some(Arg::Int(_) | Arg::Float(_)))
 }
 
-/// `p` and the strided views it reads through (see [`is_strided_view`]), when every value the
+/// `p` and the strided views it reads through (see [`Op::is_strided_view`]), when every value the
 /// chain starts from is an input or a node before `min` (so recomputing the chain in a kernel
 /// whose first node is `min` keeps the kernel graph acyclic).
 fn strided_view_chain(g: &Graph, p: NodeId, min: NodeId) -> Option<Vec<NodeId>> {
@@ -474,7 +414,7 @@ fn strided_view_chain(g: &Graph, p: NodeId, min: NodeId) -> Option<Vec<NodeId>> 
         let node = &g.nodes[cur];
         match node.kind {
             NodeKind::Input { .. } => return Some(chain),
-            NodeKind::Op(op) if is_strided_view(op) => {
+            NodeKind::Op(op) if op.is_strided_view() => {
                 chain.push(cur);
                 let srcs: Vec<ValueRef> = node.args.iter().flat_map(|a| a.values()).collect();
                 match srcs.as_slice() {

@@ -9,7 +9,6 @@
 
 use super::layout::Layout;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
-use fxhlo_passes::fusion::is_strided_view;
 use fxhlo_runtime::fast::concat::ConcatSpec;
 use fxhlo_runtime::fast::conv::ConvSpec;
 use fxhlo_runtime::fast::gather::{GatherNdSpec, GatherSpec};
@@ -268,7 +267,7 @@ fn view_chain(g: &Graph, v: ValueRef, scales: bool) -> Vec<ValueRef> {
     while chain.len() < 32 {
         let n = &g.nodes[cur.node];
         let view_op = match n.kind {
-            NodeKind::Op(op) if is_strided_view(op) => true,
+            NodeKind::Op(op) if op.is_strided_view() => true,
             NodeKind::Op(Op::MulScalar) => scales && fxhlo_passes::fusion::is_scale(g, cur.node),
             _ => false,
         };

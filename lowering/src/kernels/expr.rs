@@ -412,12 +412,7 @@ impl<'a> Walk<'a> {
     }
 
     fn norm_dim(&self, i: NodeId, d: i64, rank: usize) -> R<usize> {
-        let r = rank.max(1) as i64;
-        let x = if d < 0 { d + r } else { d };
-        if x < 0 || x >= r {
-            return Err(self.err(i, format!("dimension {d} is out of range for rank {rank}")));
-        }
-        Ok(x as usize)
+        fxhlo_ir::infer::norm_dim(d, rank).map_err(|e| self.err(i, e))
     }
 
     fn node(&mut self, v: ValueRef, acc: &Access, allow_i64: bool) -> R<Val> {

@@ -45,9 +45,7 @@ fn shape(g: &Graph, v: ValueRef) -> Result<Vec<usize>, String> {
 }
 
 fn norm_dim(d: i64, rank: usize) -> Option<usize> {
-    let r = rank.max(1) as i64;
-    let x = if d < 0 { d + r } else { d };
-    (0..r).contains(&x).then_some(x as usize)
+    fxhlo_ir::infer::norm_dim(d, rank).ok()
 }
 
 /// Compiles a fusion kernel of kind [`KernelKind::Reduction`] whole: `dsts[j]` of

@@ -19,26 +19,6 @@ fn numel(t: &TensorType) -> f64 {
     t.numel().unwrap_or(0) as f64
 }
 
-/// Ops that only change metadata (shape/strides) and move no data.
-pub fn is_view(op: Op) -> bool {
-    matches!(
-        op,
-        Op::View | Op::Unsqueeze | Op::SqueezeDim | Op::SqueezeDims | Op::Expand | Op::Alias
-    )
-}
-
-/// FLOPs per output element of an elementwise op: 1, or more for transcendental ones.
-fn elementwise_weight(op: Op) -> f64 {
-    use Op::*;
-    match op {
-        Exp | Expm1 | Log | Log1p | Log2 | Log10 | Tanh | Sigmoid | Erf | Sin | Cos | Tan
-        | Asin | Acos | Atan | Atan2 | Sinh | Cosh | Asinh | Acosh | Atanh | Gelu | Elu => 8.0,
-        PowTensorScalar | PowTensorTensor | PowScalar => 16.0,
-        Sqrt | Rsqrt | Reciprocal | DivTensor | DivScalar | DivTensorMode | DivScalarMode => 4.0,
-        _ => 1.0,
-    }
-}
-
 /// Estimated FLOPs of one op, from its tensor argument types and result types.
 pub fn flops(op: Op, inputs: &[&TensorType], outputs: &[TensorType]) -> f64 {
     let out = outputs.first().map(numel).unwrap_or(0.0);
@@ -57,17 +37,17 @@ pub fn flops(op: Op, inputs: &[&TensorType], outputs: &[TensorType]) -> f64 {
                 .product();
             2.0 * out * per_out
         }),
-        _ if is_view(op) => 0.0,
+        _ if op.is_view() => 0.0,
         _ => {
             let inp = inputs.iter().map(|t| numel(t)).fold(0.0, f64::max);
-            out.max(inp) * elementwise_weight(op)
+            out.max(inp) * op.cost_weight()
         }
     }
 }
 
 /// Cost of one op: bytes read and written plus FLOPs; views cost 1.
 pub fn op_cost(op: Op, inputs: &[&TensorType], outputs: &[TensorType]) -> f64 {
-    if is_view(op) {
+    if op.is_view() {
         return 1.0;
     }
     let moved: f64 =

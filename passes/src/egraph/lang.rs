@@ -359,7 +359,7 @@ impl egg::Analysis<ENode> for TensorAnalysis {
 /// Whether a source node is kept opaque in the e-graph.
 pub fn is_opaque(kind: &NodeKind) -> bool {
     match kind {
-        NodeKind::Op(op) => crate::cse::is_random(*op),
+        NodeKind::Op(op) => op.is_random(),
         NodeKind::Unsupported { .. } => true,
         NodeKind::Input { .. } => false,
     }

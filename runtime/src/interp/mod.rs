@@ -599,14 +599,7 @@ impl Ctx<'_> {
 
 /// Normalizes a possibly negative dimension against `rank` (a 0-d tensor accepts 0 and -1).
 pub(crate) fn norm_dim(dim: i64, rank: usize) -> R<usize> {
-    let r = rank.max(1) as i64;
-    let d = if dim < 0 { dim + r } else { dim };
-    if d < 0 || d >= r {
-        return Err(format!(
-            "dimension {dim} is out of range for a tensor of rank {rank}"
-        ));
-    }
-    Ok(d as usize)
+    fxhlo_ir::infer::norm_dim(dim, rank)
 }
 
 /// An int list of length 1 or `n`, expanded to `n` entries.

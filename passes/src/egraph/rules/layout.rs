@@ -61,7 +61,7 @@ fn permute_identity(eg: &mut EGraph, _: Id, s: &Subst) -> Option<Id> {
 fn permute_through_unary(eg: &mut EGraph, _: Id, s: &Subst) -> Option<Id> {
     let (y, p) = (at(s, "?y"), at(s, "?p"));
     let (op, cs) = eg[y].nodes.iter().find_map(|n| match n {
-        ENode::Op(op, cs) if is_unary_elementwise(*op) => Some((*op, cs.clone())),
+        ENode::Op(op, cs) if op.is_unary_elementwise() => Some((*op, cs.clone())),
         _ => None,
     })?;
     let px = mk(eg, Op::Permute, vec![cs[0], p]);
