@@ -63,7 +63,7 @@ pub fn parse_safetensors(bytes: &[u8], file: &str) -> Result<Weights> {
 
 /// Reads a safetensors file.
 pub fn read_safetensors(path: &Path) -> Result<Weights> {
-    let bytes = std::fs::read(path).map_err(|e| IrError::Io {
+    let bytes = crate::budget::read_regular_file(path, u64::MAX).map_err(|e| IrError::Io {
         path: path.display().to_string(),
         source: e,
     })?;
