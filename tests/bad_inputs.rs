@@ -81,3 +81,78 @@ fn every_bad_input_gets_a_clear_error() {
         failures.join("\n\n")
     );
 }
+
+/// A symlink planted at the old fixed temporary name (and at the output) never redirects
+/// `compile -o`, and compiles of two models racing to one `-o` each leave one whole artifact.
+#[cfg(unix)]
+#[test]
+fn outputs_are_written_exclusively_and_renamed() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata");
+    let dir = std::env::temp_dir().join(format!("fxhlo-outputs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let compile = |model: &str, out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_fxhlo"))
+            .args(["compile", root.join(model).to_str().unwrap(), "-o"])
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    // The artifacts each model compiles to alone (compiles are deterministic).
+    let want: Vec<Vec<u8>> = ["mlp", "cnn"]
+        .iter()
+        .map(|m| {
+            let p = dir.join(format!("{m}.fxa"));
+            assert!(compile(m, &p).status.success());
+            std::fs::read(&p).unwrap()
+        })
+        .collect();
+    assert_ne!(want[0], want[1]);
+
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let out = dir.join("out.fxa");
+    std::os::unix::fs::symlink(&victim, dir.join(".out.fxa.fxhlo-tmp")).unwrap();
+    let o = compile("mlp", &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(!std::fs::symlink_metadata(&out).unwrap().is_symlink());
+    assert_eq!(std::fs::read(&out).unwrap(), want[0]);
+
+    // Racing compiles of the two models: every one succeeds and the output is one whole
+    // artifact, never a mix or a missing file.
+    for round in 0..10 {
+        let kids: Vec<_> = (0..6)
+            .map(|k| {
+                Command::new(env!("CARGO_BIN_EXE_fxhlo"))
+                    .args([
+                        "compile",
+                        root.join(["mlp", "cnn"][k % 2]).to_str().unwrap(),
+                        "-o",
+                    ])
+                    .arg(&out)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for k in kids {
+            let o = k.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let got = std::fs::read(&out).unwrap();
+        assert!(want.contains(&got), "round {round}: the output is not one whole artifact");
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    let stray: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".fxhlo-tmp") && n != ".out.fxa.fxhlo-tmp")
+        .collect();
+    assert!(stray.is_empty(), "temporary files left: {stray:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -21,6 +21,9 @@ pub enum DriverError {
     /// Lowering failed.
     #[error(transparent)]
     Lower(#[from] fxhlo_lowering::stablehlo::LowerError),
+    /// Writing to standard output failed (a closed pipe, a full disk).
+    #[error("writing standard output: {0}")]
+    Stdout(std::io::Error),
     /// Anything else, described.
     #[error("{0}")]
     Other(String),
@@ -356,7 +359,7 @@ pub fn load_case(dir: &Path, model_file: Option<&Path>) -> Result<TestCase> {
     let model = load_model(&model_path)?;
     let inputs = read_safetensors(&dir.join("inputs.safetensors"))?;
     let expected = read_safetensors(&dir.join("expected.safetensors"))?;
-    let tolerance = match std::fs::read(dir.join("meta.json")) {
+    let tolerance = match fxhlo_ir::budget::read_regular_file(&dir.join("meta.json"), 1 << 20) {
         Ok(bytes) => {
             let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
                 DriverError::Other(format!(
@@ -370,7 +373,13 @@ pub fn load_case(dir: &Path, model_file: Option<&Path>) -> Result<TestCase> {
                 _ => None,
             }
         }
-        Err(_) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(DriverError::Other(format!(
+                "{}: {e}",
+                dir.join("meta.json").display()
+            )))
+        }
     };
     Ok(TestCase {
         model,

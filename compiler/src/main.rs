@@ -7,7 +7,68 @@ use fxhlo::{
 };
 use fxhlo_ir::read::safetensors_io::{read_safetensors, write_safetensors};
 use std::path::{Path, PathBuf};
+use std::io::Write;
 use std::process::ExitCode;
+
+/// Writes to standard output through its lock; a failed write (a closed pipe, a full disk)
+/// returns `DriverError::Stdout` from the enclosing function, which ends the command.
+macro_rules! out {
+    ($($t:tt)*) => {
+        write_stdout(format_args!($($t)*))?
+    };
+}
+
+/// `out!` with a newline.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        write_stdout(format_args!("{}\n", format_args!($($t)*)))?
+    };
+}
+
+/// Writes to standard error; a failed write is ignored (there is nowhere left to report it),
+/// never a panic as `eprintln!`'s.
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
+/// `errln!` without the newline.
+macro_rules! err {
+    ($($t:tt)*) => {{
+        let _ = write!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
+/// An error message as one line of bounded length: control characters escaped (names that
+/// hold a newline), at most 4096 characters (names are quoted shortened by
+/// `fxhlo_ir::quote_name`; this bounds what any other text adds).
+fn one_line(msg: &str) -> String {
+    const MAX: usize = 4096;
+    let mut out = String::new();
+    for (i, c) in msg.chars().enumerate() {
+        if i == MAX {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), DriverError> {
+    let mut o = std::io::stdout().lock();
+    o.write_fmt(args).map_err(DriverError::Stdout)
+}
+
+/// Flushes standard output (buffered by line): the last write's error, if any.
+fn flush_stdout() -> Result<(), DriverError> {
+    std::io::stdout().lock().flush().map_err(DriverError::Stdout)
+}
 
 /// fxhlo: a compiler from PyTorch FX graphs of core ATen ops to StableHLO and fast CPU kernels.
 #[derive(Parser)]
@@ -209,10 +270,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    match run(cli.cmd) {
+    match run(cli.cmd).and_then(|code| flush_stdout().map(|_| code)) {
         Ok(code) => code,
+        // The reader of standard output went away (`fxhlo ops | head`): nothing more to say,
+        // as for `yes | head`.
+        Err(DriverError::Stdout(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {}", one_line(&e.to_string()));
             ExitCode::from(2)
         }
     }
@@ -220,7 +286,7 @@ fn main() -> ExitCode {
 
 fn write_text(path: &Path, text: &str) -> Result<(), DriverError> {
     if path == Path::new("-") {
-        print!("{text}");
+        out!("{text}");
         return Ok(());
     }
     fxhlo_ir::read::safetensors_io::write_atomic(path, text.as_bytes())
@@ -228,7 +294,7 @@ fn write_text(path: &Path, text: &str) -> Result<(), DriverError> {
 }
 
 fn dump_ir(name: &str, g: &fxhlo_ir::Graph) {
-    eprintln!(
+    errln!(
         "// ----- IR after {name} -----\n{}",
         fxhlo_ir::text::print_graph(g)
     );
@@ -236,7 +302,7 @@ fn dump_ir(name: &str, g: &fxhlo_ir::Graph) {
 
 fn print_timings(cx: &fxhlo_passes::Cx) {
     for (name, t, changed) in &cx.timings {
-        eprintln!(
+        errln!(
             "{:>10.3} ms  {name}{}",
             t.as_secs_f64() * 1e3,
             if *changed { "" } else { "  (no change)" }
@@ -257,7 +323,7 @@ fn new_executor(
 ) -> Result<fxhlo_runtime::fast::Executor, DriverError> {
     let ex = fxhlo_runtime::fast::Executor::new(a, &exec_options(rt))?;
     if rt.stats {
-        eprint!("{}", ex.stats());
+        err!("{}", ex.stats());
     }
     Ok(ex)
 }
@@ -277,21 +343,22 @@ fn run_model(
     inputs: &fxhlo_ir::Weights,
     rt: &RuntimeArgs,
 ) -> Result<Vec<fxhlo_ir::HostTensor>, DriverError> {
-    let is_artifact = std::fs::File::open(path)
-        .and_then(|mut f| {
-            use std::io::Read;
-            let mut magic = [0u8; 8];
-            f.read_exact(&mut magic).map(|_| magic)
-        })
-        .is_ok_and(|m| &m == fxhlo_runtime::fast::artifact::MAGIC);
-    if is_artifact {
+    // A regular file is read once (a FIFO or a device is refused, never read without end);
+    // a folder is a testdata folder.
+    let bytes = if path.is_dir() {
+        None
+    } else {
+        Some(
+            fxhlo_ir::budget::read_regular_file(path, u64::MAX)
+                .map_err(|e| DriverError::Other(format!("{}: {e}", path.display())))?,
+        )
+    };
+    if let Some(bytes) = bytes.filter(|b| b.starts_with(fxhlo_runtime::fast::artifact::MAGIC)) {
         if rt.reference {
             return Err(DriverError::Other(
                 "--reference needs a model, not a compiled artifact".into(),
             ));
         }
-        let bytes = std::fs::read(path)
-            .map_err(|e| DriverError::Other(format!("{}: {e}", path.display())))?;
         let a = fxhlo_runtime::fast::Artifact::from_bytes(&bytes)?;
         return Ok(new_executor(a, rt)?.run(inputs)?);
     }
@@ -319,6 +386,17 @@ fn bench(
     rt: &RuntimeArgs,
 ) -> Result<(), DriverError> {
     let (iters, warmup) = (opts.iters, opts.warmup);
+    // Counts are checked before anything runs: `warmup + iters` must not wrap, and the timed
+    // runs' times are kept in memory.
+    const MAX_RUNS: usize = 1_000_000_000;
+    let runs = warmup
+        .checked_add(iters.max(1))
+        .filter(|&n| n <= MAX_RUNS)
+        .ok_or_else(|| {
+            DriverError::Other(format!(
+                "--warmup {warmup} plus --iters {iters}: at most {MAX_RUNS} runs in all"
+            ))
+        })?;
     let dir = if model.is_dir() {
         model.to_path_buf()
     } else {
@@ -357,8 +435,8 @@ fn bench(
         .map(|s| vec![Line([0; 64]); s.bytes().div_ceil(64)])
         .collect();
     let sizes: Vec<usize> = a.outputs().iter().map(|s| s.bytes()).collect();
-    let mut times = vec![];
-    for i in 0..warmup + iters.max(1) {
+    let mut times = Vec::with_capacity(iters.max(1).min(1 << 20));
+    for i in 0..runs {
         if i == warmup && opts.profile {
             ex.enable_profiling();
         }
@@ -375,7 +453,7 @@ fn bench(
     }
     times.sort_by(f64::total_cmp);
     if opts.profile {
-        eprint!("{}", profile_table(a, &ex.step_seconds(), times.len()));
+        err!("{}", profile_table(a, &ex.step_seconds(), times.len()));
     }
     let json = serde_json::json!({
         "model": model.display().to_string(),
@@ -390,7 +468,7 @@ fn bench(
         "fallbacks": fallbacks,
         "peak_bytes": ex.memory_plan().peak_bytes(),
     });
-    println!("{json}");
+    outln!("{json}");
     Ok(())
 }
 
@@ -442,16 +520,16 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
         } => {
             let m = load_model(&model)?;
             if !histogram_only {
-                print!("{}", fxhlo_ir::text::print_graph(&m.graph));
+                out!("{}", fxhlo_ir::text::print_graph(&m.graph));
             }
-            println!("\nop histogram:");
+            outln!("\nop histogram:");
             for (op, n) in m.graph.op_histogram() {
-                println!("  {n:5}  {op}");
+                outln!("  {n:5}  {op}");
             }
             let unsupported = m.graph.unsupported_ops();
             if !unsupported.is_empty() {
                 let names: Vec<&str> = unsupported.keys().map(String::as_str).collect();
-                println!(
+                outln!(
                     "\nnot in the op table ({}): {}",
                     names.len(),
                     names.join(", ")
@@ -491,7 +569,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     .iter()
                     .map(|(k, n)| format!("{k} {n}"))
                     .collect();
-                eprintln!(
+                errln!(
                     "compiled in {:.2} ms: {} fusion kernels -> {} steps ({}); artifact {} bytes",
                     c.time.as_secs_f64() * 1e3,
                     c.plan.kernels.len(),
@@ -499,15 +577,15 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     kinds.join(", "),
                     bytes.len()
                 );
-                eprintln!(
+                errln!(
                     "fallbacks to the reference interpreter: {}",
                     c.report.fallbacks.len()
                 );
                 for (name, why) in &c.report.fallbacks {
-                    eprintln!("  {name}: {why}");
+                    errln!("  {name}: {why}");
                 }
                 if !c.report.folded.is_empty() {
-                    eprintln!(
+                    errln!(
                         "steps of constants only, run at compile time: {} ({})",
                         c.report.folded.len(),
                         c.report.folded.join(", ")
@@ -533,15 +611,15 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 check_outputs(&case, &outs, tol)?
             };
             let mut ok = true;
-            println!(
+            outln!(
                 "{:<10} {:>12} {:>12} {:>10}  status",
                 "output", "max_abs", "max_rel", "bad"
             );
             for c in &results {
                 ok &= c.ok();
                 match &c.mismatch {
-                    Some(m) => println!("{:<10} {m}  FAIL", c.name),
-                    None => println!(
+                    Some(m) => outln!("{:<10} {m}  FAIL", c.name),
+                    None => outln!(
                         "{:<10} {:>12.3e} {:>12.3e} {:>10}  {}",
                         c.name,
                         c.max_abs,
@@ -578,12 +656,12 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 let after = m.graph.nodes.len()
                     - m.graph.user_inputs().len()
                     - m.graph.weight_inputs().len();
-                eprintln!("ops: {before} before, {after} after");
+                errln!("ops: {before} before, {after} after");
                 for r in &cx.egraph {
-                    eprintln!("{r}");
+                    errln!("{r}");
                 }
                 let plan = fxhlo_passes::fusion::plan(&m.graph);
-                eprintln!(
+                errln!(
                     "kernels after fusion: {}; estimated bytes moved: {} unfused, {} fused",
                     plan.kernels.len(),
                     plan.bytes_before,
@@ -591,11 +669,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 );
             }
             if print_fusion {
-                eprintln!("{}", fxhlo_passes::fusion::plan(&m.graph));
+                errln!("{}", fxhlo_passes::fusion::plan(&m.graph));
             }
             if print_composites {
                 let found = fxhlo_passes::composite::find(&m.graph);
-                eprint!("{}", fxhlo_passes::composite::print(&m.graph, &found));
+                err!("{}", fxhlo_passes::composite::print(&m.graph, &found));
             }
             write_text(&output, &fxhlo_ir::text::print_graph(&m.graph))?;
             Ok(ExitCode::SUCCESS)
@@ -633,11 +711,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 "times_ms": ms,
                 "gbs": bytes / (best * 1e-3) / 1e9,
             });
-            println!("{json}");
+            outln!("{json}");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Ops => {
-            print!("{}", fxhlo::opsdoc::ops_markdown());
+            out!("{}", fxhlo::opsdoc::ops_markdown());
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Lower {

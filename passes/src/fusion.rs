@@ -171,6 +171,34 @@ pub fn plan(g: &Graph) -> FusionPlan {
             .all(|t| t.numel().is_some_and(|e| e <= DUPLICATE_MAX_ELEMENTS))
     };
 
+    // Up to two heavy nodes (matmul, conv, ...) reachable from each node upstream through
+    // fusible ones: the region `preferred_heavy` walks. With fewer than two it prefers none, so
+    // the walk (which is as long as the graph on an elementwise chain: quadratic over all
+    // roots) is skipped. Owners only shrink the region, so the count is an upper bound.
+    let mut up_heavy: Vec<[Option<NodeId>; 2]> = vec![[None; 2]; n];
+    for i in 0..n {
+        let mut s: [Option<NodeId>; 2] = [None; 2];
+        let add = |h: NodeId, s: &mut [Option<NodeId>; 2]| {
+            if s[0].is_none() {
+                s[0] = Some(h);
+            } else if s[0] != Some(h) && s[1].is_none() {
+                s[1] = Some(h);
+            }
+        };
+        for p in g.nodes[i].args.iter().flat_map(|a| a.values()).map(|v| v.node) {
+            match class_of(g, p) {
+                Some(c) if is_heavy(c) => add(p, &mut s),
+                Some(Class::Other) | None => {}
+                Some(_) => {
+                    for h in up_heavy[p].into_iter().flatten() {
+                        add(h, &mut s);
+                    }
+                }
+            }
+        }
+        up_heavy[i] = s;
+    }
+
     let mut owner: Vec<Option<usize>> = vec![None; n];
     // The kernels that recompute each node.
     let mut recomputed_by: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
@@ -210,7 +238,7 @@ pub fn plan(g: &Graph) -> FusionPlan {
             min: root,
         };
         owner[root] = Some(k);
-        let reserved = if is_heavy(rc) {
+        let reserved = if is_heavy(rc) || up_heavy[root][1].is_none() {
             None
         } else {
             preferred_heavy(g, root, &users, &owner)

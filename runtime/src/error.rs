@@ -71,6 +71,9 @@ pub enum RuntimeError {
     /// A problem with the graph as a whole.
     #[error("graph: {0}")]
     Graph(String),
+    /// A setting the runtime cannot honour (a thread count out of range).
+    #[error("{0}")]
+    Options(String),
     /// An artifact could not be read: wrong magic, another format version, corrupted bytes or an
     /// inconsistent program.
     #[error("artifact: {0}")]

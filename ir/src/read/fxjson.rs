@@ -341,7 +341,7 @@ pub fn read_fxjson_bytes(bytes: &[u8], path: &Path) -> Result<Model> {
 
 /// Reads a fxjson file and its weights.
 pub fn read_fxjson(path: &Path) -> Result<Model> {
-    let bytes = std::fs::read(path).map_err(|e| IrError::Io {
+    let bytes = crate::budget::read_regular_file(path, u64::MAX).map_err(|e| IrError::Io {
         path: path.display().to_string(),
         source: e,
     })?;

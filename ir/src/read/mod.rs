@@ -22,7 +22,7 @@ pub fn read_model(path: &Path) -> Result<Model> {
     } else {
         path.to_path_buf()
     };
-    let bytes = std::fs::read(&file).map_err(|e| IrError::Io {
+    let bytes = crate::budget::read_regular_file(&file, u64::MAX).map_err(|e| IrError::Io {
         path: file.display().to_string(),
         source: e,
     })?;

@@ -48,29 +48,36 @@ impl Archive<'_> {
             file: file.clone(),
             msg: format!("member '{name}': {e}"),
         })?;
-        if f.size() > MAX_MEMBER {
+        let declared = f.size();
+        if declared > MAX_MEMBER {
             return Err(IrError::Format {
                 file,
-                msg: format!(
-                    "member '{name}' declares {} bytes, more than the limit",
-                    f.size()
-                ),
+                msg: format!("member '{name}' declares {declared} bytes, more than the limit"),
             });
         }
+        crate::budget::check(declared, || format!("member '{name}' of {file}")).map_err(|e| {
+            IrError::Format {
+                file: file.clone(),
+                msg: e.to_string(),
+            }
+        })?;
         // Never trust the declared size for the allocation: a stored member cannot be larger
-        // than the archive, and reading stops at the limit either way.
-        let mut buf = Vec::with_capacity((f.size() as usize).min(self.len));
+        // than the archive. The declared size is enforced: reading stops one byte past it, and
+        // a member that inflates beyond it is an error as soon as it does.
+        let mut buf = Vec::with_capacity((declared as usize).min(self.len));
         (&mut f)
-            .take(MAX_MEMBER + 1)
+            .take(declared + 1)
             .read_to_end(&mut buf)
             .map_err(|e| IrError::Format {
                 file: file.clone(),
                 msg: format!("member '{name}' is corrupt or truncated: {e}"),
             })?;
-        if buf.len() as u64 > MAX_MEMBER {
+        if buf.len() as u64 > declared {
             return Err(IrError::Format {
                 file,
-                msg: format!("member '{name}' is larger than the limit"),
+                msg: format!(
+                    "member '{name}' inflates beyond its declared size of {declared} bytes"
+                ),
             });
         }
         Ok(buf)
@@ -233,7 +240,11 @@ fn ints_of(meta: &Value, key: &str) -> std::result::Result<Vec<i64>, String> {
 }
 
 /// Copies a strided view out of a storage's raw bytes into a contiguous tensor.
-fn gather_view(storage: &[u8], meta: &Value) -> std::result::Result<HostTensor, String> {
+fn gather_view(
+    storage: &[u8],
+    meta: &Value,
+    tally: &mut crate::budget::Tally,
+) -> std::result::Result<HostTensor, String> {
     let ty = tensor_meta(meta)?;
     let sizes = ints_of(meta, "sizes")?;
     let strides = ints_of(meta, "strides")?;
@@ -284,6 +295,13 @@ fn gather_view(storage: &[u8], meta: &Value) -> std::result::Result<HostTensor, 
             storage.len()
         ));
     }
+    // Every view is a copy: the sum over all views (20,000 views of one storage) is counted
+    // against the budget before each is allocated.
+    tally
+        .add(total as u64, || {
+            format!("view of {numel} elements (sizes {sizes:?}, strides {strides:?})")
+        })
+        .map_err(|e| e.to_string())?;
     let mut bytes = Vec::with_capacity(total as usize);
     let contiguous = {
         let mut expect = 1i64;
@@ -468,6 +486,8 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
     // Weights and constants (read first: tied parameters are recognized by their storage).
     let mut weights = Weights::new();
     let mut cache: HashMap<String, Vec<u8>> = HashMap::new();
+    // Bytes of the storages read and the views gathered from them, against the budget.
+    let mut tally = crate::budget::Tally::new();
     let mut storage_of: HashMap<String, (String, String)> = HashMap::new();
     for (dir, cfg_name) in [
         ("weights", "model_weights_config.json"),
@@ -500,10 +520,13 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
             let member = format!("{prefix}/data/{dir}/{path}");
             if !cache.contains_key(&member) {
                 let data = ar.read(&member).map_err(|e| werr(e.to_string()))?;
+                tally
+                    .add(data.len() as u64, || format!("storage {member}"))
+                    .map_err(|e| werr(e.to_string()))?;
                 cache.insert(member.clone(), data);
             }
             let t =
-                gather_view(&cache[&member], meta).map_err(|m| werr(format!("{member}: {m}")))?;
+                gather_view(&cache[&member], meta, &mut tally).map_err(|m| werr(format!("{member}: {m}")))?;
             weights.insert(fqn.clone(), t);
             storage_of.insert(fqn.clone(), (member, meta.to_string()));
         }

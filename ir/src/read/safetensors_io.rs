@@ -63,7 +63,7 @@ pub fn parse_safetensors(bytes: &[u8], file: &str) -> Result<Weights> {
 
 /// Reads a safetensors file.
 pub fn read_safetensors(path: &Path) -> Result<Weights> {
-    let bytes = std::fs::read(path).map_err(|e| IrError::Io {
+    let bytes = crate::budget::read_regular_file(path, u64::MAX).map_err(|e| IrError::Io {
         path: path.display().to_string(),
         source: e,
     })?;
@@ -98,20 +98,43 @@ pub fn write_safetensors(path: &Path, tensors: &Weights) -> Result<()> {
 /// Writes `bytes` to `path`. A regular file (or a new one) is written through a temporary file
 /// and renamed over, so a failed write loses nothing; anything else (`/dev/null`, a pipe) is
 /// written directly, never replaced.
+///
+/// The temporary file is created in the target's folder with a random name, exclusively
+/// (`O_CREAT | O_EXCL`, which never follows a symlink at that name: `tempfile` retries another
+/// name), so a symlink planted at a predictable name cannot redirect the write, and two writers
+/// racing to one path each write their own file: the last rename wins and the target always
+/// holds one writer's whole output. It is created with mode 0666 less the umask, as
+/// `std::fs::write` creates files.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => return std::fs::write(path, bytes),
+        Ok(m) if !m.is_file() => {
+            // A device or a pipe named by the user: written in place, never created.
+            let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+            return f.write_all(bytes).and_then(|_| f.flush());
+        }
         _ => {}
     }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.fxhlo-tmp"));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    let prefix = format!(".{name}.");
+    let mut b = tempfile::Builder::new();
+    b.prefix(&prefix).suffix(".fxhlo-tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        b.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = b.tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    // On error the temporary file is removed when `tmp` (or the error holding it) drops.
+    tmp.persist(path).map(|_| ()).map_err(|e| e.error)
 }
 
 #[cfg(test)]
@@ -135,6 +158,74 @@ mod tests {
         write_atomic(&p, b"first").unwrap();
         write_atomic(&p, b"second").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"second");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_planted_symlink_at_the_old_temporary_name_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("fxhlo-plant-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim.txt");
+        std::fs::write(&victim, b"precious").unwrap();
+        // The names a writer could predict: the old fixed temporary name, and the output itself.
+        std::os::unix::fs::symlink(&victim, dir.join(".out.fxa.fxhlo-tmp")).unwrap();
+        let out = dir.join("out.fxa");
+        write_atomic(&out, b"artifact").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(!std::fs::symlink_metadata(&out).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&out).unwrap(), b"artifact");
+        // An output that is a symlink is replaced by the file, the file it pointed to untouched.
+        let link = dir.join("link.fxa");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(&link).unwrap(), b"new");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".fxhlo-tmp") && n != ".out.fxa.fxhlo-tmp")
+            .collect();
+        assert!(left.is_empty(), "temporary files left: {left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn racing_writers_leave_one_whole_output() {
+        let dir = std::env::temp_dir().join(format!("fxhlo-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("out.bin");
+        // Writers of distinct payloads of different lengths, many rounds.
+        let payloads: Vec<Vec<u8>> = (0..8u8)
+            .map(|i| vec![i; 100_000 + 7919 * i as usize])
+            .collect();
+        for _round in 0..20 {
+            std::thread::scope(|s| {
+                for p in &payloads {
+                    let out = &out;
+                    s.spawn(move || write_atomic(out, p).unwrap());
+                }
+            });
+            let got = std::fs::read(&out).unwrap();
+            assert!(payloads.contains(&got), "the output is not one writer's whole payload");
+        }
+        let n = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(n, 1, "temporary files were left");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn new_files_get_the_usual_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let p = std::env::temp_dir().join(format!("fxhlo-mode-{}.bin", std::process::id()));
+        write_atomic(&p, b"x").unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        let q = p.with_extension("ref");
+        std::fs::write(&q, b"x").unwrap();
+        let want = std::fs::metadata(&q).unwrap().permissions().mode() & 0o777;
+        std::fs::remove_file(&q).unwrap();
+        assert_eq!(mode, want, "mode {mode:o}, std::fs::write gives {want:o}");
         std::fs::remove_file(&p).unwrap();
     }
 }

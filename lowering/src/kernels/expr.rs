@@ -127,6 +127,7 @@ fn build_impl(
             memo: HashMap::new(),
             nd: dims.len(),
             dims: dims.clone(),
+            depth: 0,
         };
         // Root access: index k = Σ sub-dim index × stride inside dimension k.
         let mut acc = Access {
@@ -145,13 +146,14 @@ fn build_impl(
         let mut outs = vec![];
         let mut need = None;
         for &r in roots {
-            match w.value(r, &acc) {
+            match w.value_deep(r, &acc) {
                 Ok(v) => outs.push(v),
                 Err(Fail::Split { dim, factor }) => {
                     need = Some((dim, factor));
                     break;
                 }
                 Err(Fail::Msg(m)) => return Err(m),
+                Err(Fail::Deep(..)) => unreachable!("value_deep resolves every hand-back"),
             }
         }
         match need {
@@ -260,7 +262,14 @@ enum Fail {
         factor: usize,
     },
     Msg(String),
+    /// The walk reached [`MAX_DEPTH`] nested nodes: build this value first (its result is
+    /// memoized), then resume. Keeps the native stack bounded on long chains.
+    Deep(ValueRef, Access, bool),
 }
+
+/// How many nodes the walk nests on the native stack before it hands the deepest value back
+/// to [`Walk::value_deep`]'s explicit stack (a 10,000-node chain needs 40 hand-backs).
+const MAX_DEPTH: usize = 256;
 
 impl From<String> for Fail {
     fn from(m: String) -> Fail {
@@ -279,6 +288,8 @@ struct Walk<'a> {
     memo: HashMap<(ValueRef, Access), Val>,
     nd: usize,
     dims: Vec<usize>,
+    /// Nodes being built on the native stack now.
+    depth: usize,
 }
 
 fn scalar_of(a: &Arg) -> Option<f64> {
@@ -345,12 +356,39 @@ impl<'a> Walk<'a> {
             return Ok(x);
         }
         let x = if self.computed(v) {
-            self.node(v, acc, allow_i64)?
+            if self.depth >= MAX_DEPTH {
+                return Err(Fail::Deep(v, acc.clone(), allow_i64));
+            }
+            self.depth += 1;
+            let x = self.node(v, acc, allow_i64);
+            self.depth -= 1;
+            x?
         } else {
             self.leaf(v, acc, allow_i64)?
         };
         self.memo.insert(key, x);
         Ok(x)
+    }
+
+    /// [`Walk::value`] without recursion past [`MAX_DEPTH`]: a value the walk hands back as
+    /// too deep goes on an explicit stack and is built first, then the one that needed it is
+    /// tried again (it finds the deep value memoized). The work stays linear in the chain's
+    /// length: each retry walks at most `MAX_DEPTH` nodes that were not memoized.
+    fn value_deep(&mut self, v: ValueRef, acc: &Access) -> R<Val> {
+        let mut stack: Vec<(ValueRef, Access, bool)> = vec![(v, acc.clone(), false)];
+        while let Some((tv, tacc, ti)) = stack.last().cloned() {
+            match self.value_as(tv, &tacc, ti) {
+                Ok(x) => {
+                    stack.pop();
+                    if stack.is_empty() {
+                        return Ok(x);
+                    }
+                }
+                Err(Fail::Deep(dv, dacc, di)) => stack.push((dv, dacc, di)),
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("the loop returns when the stack empties")
     }
 
     fn tensor_arg(&self, n: &Node, name: &str) -> Option<ValueRef> {

@@ -8,6 +8,7 @@
 //! limit can make two runs differ; tests leave it off.
 
 pub mod cost;
+mod extract;
 pub mod lang;
 pub mod rules;
 
@@ -183,7 +184,7 @@ pub fn optimize(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport), IrE
         }
     }
     let eg = &runner.egraph;
-    let extractor = egg::Extractor::new(eg, cost::CostFn::new(eg));
+    let extractor = extract::Extractor::new(eg, cost::CostFn::new(eg));
     let out = extract(g, &tr.values, &tr.node_class, eg, &extractor, &roots)?;
     let cost_before = cost::graph_cost(g);
     let cost_after = cost::graph_cost(&out);
@@ -213,7 +214,7 @@ fn extract(
     values: &[Vec<Id>],
     node_class: &[Id],
     eg: &lang::EGraph,
-    ex: &egg::Extractor<cost::CostFn, lang::ENode, lang::TensorAnalysis>,
+    ex: &extract::Extractor<'_>,
     roots: &[Id],
 ) -> Result<Graph, IrError> {
     // Source names of each class: (node name, result names) for op/tuple classes, value name

@@ -133,12 +133,20 @@ impl Artifact {
             }
         };
         for v in p.values.iter() {
-            if v.shape
+            // Every size computed from a value (its bytes, offsets, memory plan sums) fits.
+            let bytes = v
+                .shape
                 .iter()
                 .try_fold(1usize, |a, &d| a.checked_mul(d))
-                .is_none()
-            {
-                return Err(err(format!("value '{}' has an absurd shape", v.name)));
+                .and_then(|n| n.checked_mul(v.dtype.size_bytes()))
+                .filter(|&b| b <= isize::MAX as usize);
+            if bytes.is_none() {
+                return Err(err(format!(
+                    "value '{}' of type {} has more than {} bytes",
+                    fxhlo_ir::quote_name(&v.name),
+                    v.type_string(),
+                    isize::MAX
+                )));
             }
         }
         let mut produced = vec![false; n];

@@ -169,10 +169,20 @@ fn pool_for(threads: usize) -> Result<Arc<rayon::ThreadPool>, rayon::ThreadPoolB
 /// copy's milliseconds. The benchmark's copy-bandwidth peak beside torch's and numpy's copies,
 /// which use plain stores (each destination line is read before it is written).
 pub fn time_stream_copy(mib: usize, threads: usize, reps: usize) -> Result<Vec<f64>, String> {
-    if !(1..=1 << 16).contains(&mib) || threads == 0 || reps == 0 {
+    if !(1..=1 << 16).contains(&mib) || reps == 0 {
         return Err(format!(
-            "copy of {mib} MiB on {threads} threads, {reps} times: the size must be 1 to 65536 \
-             MiB, the threads and repetitions at least 1"
+            "copy of {mib} MiB, {reps} times: the size must be 1 to 65536 MiB, the repetitions \
+             at least 1"
+        ));
+    }
+    check_threads(threads)?;
+    // Two buffers of `mib` MiB, checked against what the process may allocate.
+    let need = (mib as u64) << 21;
+    let limit = default_memory_limit();
+    if need > limit {
+        return Err(format!(
+            "copy of {mib} MiB needs {need} bytes (source and destination), more than the \
+             memory limit of {limit} bytes"
         ));
     }
     let pool = pool_for(threads).map_err(|e| e.to_string())?;
@@ -233,17 +243,41 @@ pub struct ExecOptions {
     pub max_memory: Option<u64>,
 }
 
-/// The thread count from `FXHLO_NUM_THREADS`, else the number of cores.
+/// The thread count from `FXHLO_NUM_THREADS` (at most [`max_threads`]), else the number of
+/// cores.
 pub fn default_threads() -> usize {
     std::env::var("FXHLO_NUM_THREADS")
         .ok()
         .and_then(|s| s.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        })
+        .map(|n| n.min(max_threads()))
+        .unwrap_or_else(cores)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// The most worker threads an executor starts: four per core, at least 64, at most 1024.
+/// More only adds contention, and asking the OS for millions of threads takes tens of seconds
+/// before it refuses (or aborts the process).
+pub fn max_threads() -> usize {
+    cores().saturating_mul(4).clamp(64, 1024)
+}
+
+/// Checks a thread count asked for: 1 to [`max_threads`].
+pub fn check_threads(threads: usize) -> Result<usize, String> {
+    let max = max_threads();
+    if (1..=max).contains(&threads) {
+        Ok(threads)
+    } else {
+        Err(format!(
+            "{threads} worker threads asked for: the runtime starts 1 to {max} (four per core, \
+             at least 64, at most 1024)"
+        ))
+    }
 }
 
 /// The default limit on a program's peak memory: the machine's physical memory (from
@@ -337,7 +371,10 @@ impl Executor {
                 },
             )
             .collect();
-        let threads = opts.threads.unwrap_or_else(default_threads).max(1);
+        let threads = match opts.threads {
+            Some(n) => check_threads(n).map_err(RuntimeError::Options)?,
+            None => default_threads(),
+        };
         let pool = pool_for(threads)
             .map_err(|e| RuntimeError::Graph(format!("cannot start {threads} threads: {e}")))?;
         let bufs = plan.buffers.iter().map(|(k, _)| Buf::empty(*k)).collect();

@@ -154,13 +154,13 @@ impl MemoryPlan {
             if loc[v as usize] == Loc::Owned {
                 loc[v as usize] = Loc::Output(k);
             }
-            output_bytes += p.values[v as usize].bytes() as u64;
+            output_bytes = output_bytes.saturating_add(p.values[v as usize].bytes() as u64);
         }
         let constant_bytes = p
             .constants
             .iter()
             .map(|(v, _)| p.values[*v as usize].bytes() as u64)
-            .sum();
+            .fold(0u64, u64::saturating_add);
         // Last step reading each value.
         let mut last: Vec<Option<usize>> = vec![None; n];
         for (i, s) in p.steps.iter().enumerate() {
@@ -179,13 +179,13 @@ impl MemoryPlan {
                 if loc[v as usize] != Loc::Owned {
                     continue;
                 }
-                intermediate_bytes += spec.bytes() as u64;
+                intermediate_bytes = intermediate_bytes.saturating_add(spec.bytes() as u64);
                 if k == 0 && last[v as usize].is_none() && product_in_epilogue(p, s) {
                     loc[v as usize] = Loc::InEpilogue;
                     continue;
                 }
                 let Some(kind) = ElemKind::of(spec.dtype) else {
-                    owned_bytes += spec.bytes() as u64;
+                    owned_bytes = owned_bytes.saturating_add(spec.bytes() as u64);
                     continue;
                 };
                 let need = spec.numel();
@@ -229,7 +229,10 @@ impl MemoryPlan {
                 }
             }
         }
-        let arena_bytes = buffers.iter().map(|(k, e)| (k.size() * e) as u64).sum();
+        let arena_bytes = buffers
+            .iter()
+            .map(|(k, e)| (k.size() as u64).saturating_mul(*e as u64))
+            .fold(0u64, u64::saturating_add);
         MemoryPlan {
             loc,
             buffers,
@@ -242,9 +245,12 @@ impl MemoryPlan {
     }
 
     /// Peak bytes a run holds besides its inputs: constants, arena, owned intermediates (at
-    /// most) and outputs.
+    /// most) and outputs. The sums saturate: a plan past `u64::MAX` bytes is over any limit.
     pub fn peak_bytes(&self) -> u64 {
-        self.constant_bytes + self.arena_bytes + self.owned_bytes + self.output_bytes
+        self.constant_bytes
+            .saturating_add(self.arena_bytes)
+            .saturating_add(self.owned_bytes)
+            .saturating_add(self.output_bytes)
     }
 }
 
