@@ -291,6 +291,28 @@ fn compile(
     opt_level: u8,
     threads: Option<usize>,
 ) -> PyResult<Compiled> {
+    compile_with(
+        py,
+        graph_json,
+        opt_level,
+        threads,
+        || match weights_safetensors {
+            Some(b) => fxhlo_ir::read::safetensors_io::parse_safetensors(b, "<weights>")
+                .map_err(|e| e.to_string()),
+            None => Ok(Default::default()),
+        },
+    )
+}
+
+/// Compiles fxjson text with the weights `weights()` makes, the GIL released (both `compile`
+/// and `compile_with_weights`); the compile time counts making the weights.
+fn compile_with(
+    py: Python<'_>,
+    graph_json: &str,
+    opt_level: u8,
+    threads: Option<usize>,
+    weights: impl FnOnce() -> Result<fxhlo_ir::Weights, String> + Send,
+) -> PyResult<Compiled> {
     if opt_level > 2 {
         return Err(compile_err(format!(
             "opt_level must be 0, 1 or 2, got {opt_level}"
@@ -300,12 +322,7 @@ fn compile(
     let (artifact, secs) = py
         .detach(|| -> Result<_, String> {
             let t0 = std::time::Instant::now();
-            let weights = match weights_safetensors {
-                Some(b) => fxhlo_ir::read::safetensors_io::parse_safetensors(b, "<weights>")
-                    .map_err(|e| e.to_string())?,
-                None => Default::default(),
-            };
-            let model = fxhlo::model_from_fxjson(json, weights).map_err(|e| e.to_string())?;
+            let model = fxhlo::model_from_fxjson(json, weights()?).map_err(|e| e.to_string())?;
             let opts = fxhlo::CompileOptions {
                 opt_level,
                 ..Default::default()
@@ -334,54 +351,38 @@ fn compile_with_weights(
     opt_level: u8,
     threads: Option<usize>,
 ) -> PyResult<Compiled> {
-    if opt_level > 2 {
-        return Err(compile_err(format!(
-            "opt_level must be 0, 1 or 2, got {opt_level}"
-        )));
-    }
-    let json = graph_json.as_bytes();
-    let (artifact, secs) = py
-        .detach(|| -> Result<_, String> {
-            let t0 = std::time::Instant::now();
-            let mut w = fxhlo_ir::Weights::new();
-            for (name, dtype, shape, ptr, nbytes) in weights {
-                let dt = fxhlo_ir::DType::parse(&dtype)
-                    .ok_or_else(|| format!("weight '{name}': unknown dtype '{dtype}'"))?;
-                let numel = shape
-                    .iter()
-                    .try_fold(1usize, |a, &d| a.checked_mul(d))
-                    .ok_or_else(|| format!("weight '{name}': shape {shape:?} overflows"))?;
-                if numel.checked_mul(dt.size_bytes()) != Some(nbytes) || (ptr == 0 && nbytes > 0) {
-                    return Err(format!(
-                        "weight '{name}': {nbytes} bytes at {ptr:#x} for {dtype}{shape:?}"
-                    ));
-                }
-                let bytes = if nbytes == 0 {
-                    Vec::new()
-                } else {
-                    // SAFETY: the caller hands over a live, contiguous tensor of `nbytes` bytes
-                    // at `ptr` and keeps it alive for the call (fxhlo.runner.compile_native)
-                    unsafe { std::slice::from_raw_parts(ptr as *const u8, nbytes) }.to_vec()
-                };
-                w.insert(
-                    name,
-                    fxhlo_ir::HostTensor {
-                        dtype: dt,
-                        shape,
-                        bytes,
-                    },
-                );
+    compile_with(py, graph_json, opt_level, threads, || {
+        let mut w = fxhlo_ir::Weights::new();
+        for (name, dtype, shape, ptr, nbytes) in weights {
+            let dt = fxhlo_ir::DType::parse(&dtype)
+                .ok_or_else(|| format!("weight '{name}': unknown dtype '{dtype}'"))?;
+            let numel = shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .ok_or_else(|| format!("weight '{name}': shape {shape:?} overflows"))?;
+            if numel.checked_mul(dt.size_bytes()) != Some(nbytes) || (ptr == 0 && nbytes > 0) {
+                return Err(format!(
+                    "weight '{name}': {nbytes} bytes at {ptr:#x} for {dtype}{shape:?}"
+                ));
             }
-            let model = fxhlo::model_from_fxjson(json, w).map_err(|e| e.to_string())?;
-            let opts = fxhlo::CompileOptions {
-                opt_level,
-                ..Default::default()
+            let bytes = if nbytes == 0 {
+                Vec::new()
+            } else {
+                // SAFETY: the caller hands over a live, contiguous tensor of `nbytes` bytes at
+                // `ptr` and keeps it alive for the call (fxhlo.runner.compile_native)
+                unsafe { std::slice::from_raw_parts(ptr as *const u8, nbytes) }.to_vec()
             };
-            let a = fxhlo::compile(&model, &opts).map_err(|e| e.to_string())?;
-            Ok((a, t0.elapsed().as_secs_f64()))
-        })
-        .map_err(compile_err)?;
-    Compiled::new(artifact, threads, secs)
+            w.insert(
+                name,
+                fxhlo_ir::HostTensor {
+                    dtype: dt,
+                    shape,
+                    bytes,
+                },
+            );
+        }
+        Ok(w)
+    })
 }
 
 /// Loads an artifact written by `Compiled.to_bytes()`.
