@@ -429,7 +429,7 @@ def _models() -> List[Model]:
         lambda: _wrap("raft_small", _no_dropout(
             (_torch().manual_seed(0), tvm().optical_flow.raft_small(weights=None))[1]),
             lambda m, a, b: m(a, b, num_flow_updates=3)[-1]),
-        raft_inputs, ["export", "infer", "train", "dynamic"], ill_conditioned=True))
+        raft_inputs, ["export", "infer", "train", "dynamic"]))
 
     def fcos_build():
         torch = _torch()
@@ -657,6 +657,22 @@ def _grads(model):
     return {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
 
 
+def _grads64(m: Model, inputs, w):
+    """The gradients of a float64 eager training step (float64 the default dtype meanwhile,
+    for the tensors a model makes itself, e.g. RAFT's coordinate grids)."""
+    torch = _torch()
+    ref64 = m.build().train().double()  # built in f32: the same weights
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        ins64 = [t.double() if t.dtype.is_floating_point else t for t in inputs]
+        l64, _ = _loss(ref64(*ins64), [x.double() for x in w])
+        l64.backward()
+    finally:
+        torch.set_default_dtype(old)
+    return _grads(ref64)
+
+
 def path_train(m: Model, res: Dict[str, Any]) -> None:
     torch = _torch()
     model = m.build().train()
@@ -668,9 +684,9 @@ def path_train(m: Model, res: Dict[str, Any]) -> None:
     loss_e, _ = _loss(ref(*inputs), w)
     loss_e.backward()
     gc, ge = _grads(model), _grads(ref)
-    g64 = None
     worst = max_err(loss_c.detach(), loss_e.detach())
     judged_f64 = 0
+    off_eager: List[str] = []
     problems = []
     for n in ge:
         a, b = gc[n], ge[n]
@@ -688,18 +704,23 @@ def path_train(m: Model, res: Dict[str, Any]) -> None:
         if not m.ill_conditioned:
             problems.append(f"grad of {n}: max abs err {e:.3g}")
             continue
-        if g64 is None:
-            ref64 = copy.deepcopy(m.build().train()).double()
-            ins64 = [t.double() if t.dtype.is_floating_point else t for t in inputs]
-            l64, _ = _loss(ref64(*ins64), [x.double() for x in w])
-            l64.backward()
-            g64 = _grads(ref64)
-        e_fx = max_err(a.double(), g64[n])
-        e_eager = max_err(b.double(), g64[n])
-        judged_f64 += 1
-        if e_fx > F64_FACTOR * e_eager + 1e-7:
-            problems.append(f"grad of {n}: err vs float64 {e_fx:.3g} > {F64_FACTOR} x eager's "
-                            f"{e_eager:.3g}")
+        off_eager.append(n)
+    if off_eager:
+        # ill-conditioned: all the gradients together against a float64 run, as close to it
+        # as eager's (relative L2 norms over every parameter; per tensor, the ratio of two
+        # f32 implementations' errors scatters too widely over ~100 tensors to be a test)
+        g64 = _grads64(m, inputs, w)
+        names = [n for n in ge if ge[n] is not None and gc.get(n) is not None]
+        ref_n = sum(float(g64[n].square().sum()) for n in names) ** 0.5 or 1.0
+        e_fx = sum(float((gc[n].double() - g64[n]).square().sum()) for n in names) ** 0.5
+        e_ea = sum(float((ge[n].double() - g64[n]).square().sum()) for n in names) ** 0.5
+        res["rel_err_vs_f64"] = e_fx / ref_n
+        res["eager_rel_err_vs_f64"] = e_ea / ref_n
+        judged_f64 = len(off_eager)
+        if e_fx > F64_FACTOR * e_ea:
+            problems.append(f"{len(off_eager)} gradients off eager's tolerance (first "
+                            f"{off_eager[0]}); all gradients' relative error vs float64 "
+                            f"{e_fx / ref_n:.3g} > {F64_FACTOR} x eager's {e_ea / ref_n:.3g}")
     res["max_err"] = worst
     if judged_f64:
         res["judged_against_f64"] = judged_f64
