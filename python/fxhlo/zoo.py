@@ -7,7 +7,9 @@ paths and compared with eager (docs/zoo.md is generated from a run; issue 35).
 
 Paths (each model lists those that apply to it):
 
-* ``export``: ``torch.export.export(...).run_decompositions()`` -> ``torch.export.save`` (.pt2)
+* ``export``: ``torch.export.export(...).run_decompositions(fxhlo.decomp.export_decompositions())``
+  (torch's default table plus the static-shape decompositions of library ops such as
+  transformers' ``grouped_mm_fallback``) -> ``torch.export.save`` (.pt2)
   -> ``fxhlo compile --stats`` -> ``fxhlo run`` (the CLI at ``$FXHLO_BIN``), against eager,
   f32 rtol/atol 1e-4.
 * ``infer``: ``torch.compile(backend="fxhlo")`` under ``torch.no_grad()``, rtol/atol 1e-4.
@@ -607,7 +609,8 @@ def path_export(m: Model, res: Dict[str, Any]) -> None:
     inputs = m.inputs(0)
     with torch.no_grad():
         want = model(*inputs)
-    ep = torch.export.export(model, inputs).run_decompositions()
+    from .decomp import export_decompositions
+    ep = torch.export.export(model, inputs).run_decompositions(export_decompositions())
     with tempfile.TemporaryDirectory() as tmp:
         pt2 = os.path.join(tmp, "m.pt2")
         torch.export.save(ep, pt2)

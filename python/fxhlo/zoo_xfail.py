@@ -9,17 +9,18 @@ XFAIL = {
         "torch: torch.export's run_decompositions() raises before fxhlo is reached (`view` of "
         "the attention output, whose fake strides are transposed: 'Cannot view a tensor with "
         "shape [2, 8, 64] and strides (64, 128, 1)')",
-    ("mixtral", "export"):
-        "the .pt2 holds the custom op transformers::grouped_mm_fallback, which fxhlo's .pt2 "
-        "reader has no kernel or decomposition for (torch.compile traces it through "
-        "fxhlo.decomp's static-shape decomposition; path A needs it in the op table)",
-    ("qwen2_moe", "export"):
-        "the .pt2 holds the custom op transformers::grouped_mm_fallback, which fxhlo's .pt2 "
-        "reader has no kernel or decomposition for (as mixtral)",
     ("resnet50", "train"):
         "gradients 11x farther from a float64 run than eager's (relative L2 error 4.1e-2 vs "
-        "eager's 3.7e-3 at batch 2, 64x64; 8x at batch 8): some f32 step of the training "
-        "graphs loses precision that eager keeps (not located yet; inference matches to 2e-5)",
+        "eager's 3.7e-3; batch 2 at 64x64, whose last batch norms average 8 values; 8x at "
+        "batch 8). Located: torch's decomposition of train-mode batch norm "
+        "(_native_batch_norm_legit_functional), which the backend's table uses, gives 2.5e-2 "
+        "under aot_eager alone (3.7e-3 without that entry; in float64 it equals eager to "
+        "8e-13, so it is f32 conditioning, not a wrong formula); the fix is a batch-norm op "
+        "kept whole (interpreter, lowering, kernel) instead of the decomposition",
+    ("raft_small", "train"):
+        "3 gradients off eager's tolerance (max abs err 8e-4, the feature encoder's first "
+        "conv and its instance norm): not judged against float64 because RAFT makes float32 "
+        "tensors itself (its float64 run fails: 'Input type (float) and bias type (double)')",
     ("swin", "dynamic"):
         "torch: Dynamo's automatic-dynamic retrace of Swin at the second shape runs past the "
         "timeout (over 200 s with backend='aot_eager' too), before fxhlo is reached",
