@@ -270,6 +270,20 @@ def custom_op_decompositions(gm: torch.fx.GraphModule) -> Dict[Callable, Callabl
     return table
 
 
+def export_decompositions() -> dict:
+    """The table for ``ExportedProgram.run_decompositions`` when the .pt2 is for fxhlo:
+    torch.export's default (core ATen) table plus :data:`LIBRARY_DECOMPOSITIONS` of the
+    library ops that are registered (a mixture of experts' ``transformers::grouped_mm_fallback``
+    stays a custom op in the .pt2 otherwise, which ``fxhlo compile`` cannot read).  For a
+    program without such ops the result is that of ``run_decompositions()``."""
+    table = dict(torch.export.default_decompositions())
+    for qualname, fn in LIBRARY_DECOMPOSITIONS.items():
+        op = _library_op(qualname)
+        if op is not None:
+            table[op] = fn
+    return table
+
+
 # --------------------------------------------------------------------------- the table
 
 def _core_aten_table() -> dict:

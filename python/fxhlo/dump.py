@@ -264,7 +264,11 @@ def _bind_args(node: torch.fx.Node, schema) -> List[Tuple[Any, Any]]:
 
 def export_program(model: torch.nn.Module, example_inputs: tuple) -> ExportedProgram:
     ep = torch.export.export(model.eval(), tuple(example_inputs))
-    return ep.run_decompositions()
+    try:  # torch's table plus library ops' decompositions (needs the native module)
+        from .decomp import export_decompositions
+    except ImportError:
+        return ep.run_decompositions()
+    return ep.run_decompositions(export_decompositions())
 
 
 def graph_to_fxjson(ep: ExportedProgram) -> Dict[str, Any]:
