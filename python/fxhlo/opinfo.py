@@ -12,9 +12,11 @@ leaves are its inputs; everything else is a constant) and run in three modes:
 
 Each sample is compiled with ``torch.compile(fn, backend=fxhlo_backend, options={"strict":
 True}, dynamic=False, fullgraph=True)`` after ``torch._dynamo.reset()``, and compared with
-eager.  The same sample is first run under ``backend="aot_eager"``: a sample that eager or
-aot_eager cannot run (Dynamo cannot capture it whole, data-dependent shapes, random ops whose
-values differ, ...) is *not counted*.  A counted sample is one of
+eager.  A sample fxhlo does not pass is also run under ``backend="aot_eager"`` (every sample,
+first, with ``--always-aot-eager``): a sample that eager or aot_eager cannot run (Dynamo cannot
+capture it whole, data-dependent shapes, random ops whose values differ, ...) is *not counted*
+(a sample fxhlo passes went through the same Dynamo capture and aot_autograd trace).  A
+counted sample is one of
 
 * ``pass``: every output (and gradient) matches;
 * ``mismatch``: a wrong answer (the largest error is recorded);
@@ -348,7 +350,8 @@ def classify_error(e: BaseException) -> Dict[str, Any]:
     msg = str(fx)
     m = _UNSUPPORTED.search(msg)
     if m:
-        ops = [x.group(1).strip() for x in _OP_COUNT.finditer(m.group(1))]
+        ops = [x.group(1).strip() for x in _OP_COUNT.finditer(m.group(1))
+               if x.group(1).strip() != "getitem"]
         return {"status": "unsupported", "unsupported": ops or [m.group(1)],
                 "detail": "unsupported: " + ", ".join(ops)}
     return {"status": "compile-error", "detail": _err(fx)}
@@ -364,10 +367,12 @@ def _compiled(fn: Callable, backend) -> Callable:
 
 
 def run_sample(op, mode: str, index: int, k: int, progress: Callable[[str], None] = None,
-               backend: str = "fxhlo") -> Optional[Dict[str, Any]]:
+               backend: str = "fxhlo", always_aot_eager: bool = False
+               ) -> Optional[Dict[str, Any]]:
     """The record of sample ``index`` of ``op`` in ``mode``; None if it has fewer samples.
     ``backend`` other than fxhlo (aot_eager) validates the harness: everything counted
-    passes."""
+    passes.  aot_eager runs first when ``always_aot_eager``, else only when fxhlo does not
+    pass (a pass went through the same Dynamo capture and aot_autograd trace)."""
     import torch
     progress = progress or (lambda phase: None)
     t0 = time.time()
@@ -393,33 +398,44 @@ def run_sample(op, mode: str, index: int, k: int, progress: Callable[[str], None
         def ref64():
             return run_once(s, fn, mode, torch.float64)
 
-        progress("aot_eager")
-        try:
-            torch._dynamo.reset()
-            got = run_once(s, _compiled(fn, "aot_eager"), mode)
-            bad = compare(s, got, want, ref64)
-        except Exception as e:  # noqa: BLE001
-            bad = (_err(e), math.inf)
-        if bad is not None:
-            rec.update(status="not-counted", detail="aot_eager: " + bad[0])
-            return rec
+        def aot_eager_fails() -> Optional[str]:
+            progress("aot_eager")
+            try:
+                torch._dynamo.reset()
+                got = run_once(s, _compiled(fn, "aot_eager"), mode)
+                bad = compare(s, got, want, ref64)
+            except Exception as e:  # noqa: BLE001
+                bad = (_err(e), math.inf)
+            finally:
+                torch._dynamo.reset()
+            return None if bad is None else "aot_eager: " + bad[0]
+
+        if always_aot_eager:
+            why = aot_eager_fails()
+            if why is not None:
+                rec.update(status="not-counted", detail=why)
+                return rec
         progress("fxhlo")
         if os.environ.get("FXHLO_OPINFO_CRASH") == rec["op"]:
             os._exit(3)  # tests: a worker dying in the backend is recorded as a crash
         try:
             torch._dynamo.reset()
             got = run_once(s, _compiled(fn, backend), mode)
+            bad = compare(s, got, want, ref64)
+            if bad is None:
+                rec["status"] = "pass"
+            else:
+                rec.update(status="mismatch", detail=bad[0], max_err=bad[1])
         except Exception as e:  # noqa: BLE001
             rec.update(classify_error(e))
-            rec["seconds"] = round(time.time() - t0, 3)
-            return rec
         finally:
             torch._dynamo.reset()
-        bad = compare(s, got, want, ref64)
-    if bad is None:
-        rec["status"] = "pass"
-    else:
-        rec.update(status="mismatch", detail=bad[0], max_err=bad[1])
+        if rec["status"] != "pass" and not always_aot_eager:
+            why = aot_eager_fails()
+            if why is not None:
+                rec.update(status="not-counted", detail=why, fxhlo=rec["status"])
+                rec.pop("unsupported", None)
+                rec.pop("max_err", None)
     rec["seconds"] = round(time.time() - t0, 3)
     return rec
 
@@ -433,7 +449,7 @@ def _ops_by_name() -> Dict[str, Any]:
     return {opinfo_name(op): op for op in op_db}
 
 
-def _worker(conn, k: int, backend: str) -> None:
+def _worker(conn, k: int, backend: str, always: bool) -> None:
     os.environ.setdefault("FXHLO_NUM_THREADS", "1")
     try:
         os.nice(int(os.environ.get("FXHLO_OPINFO_NICE", "0")))
@@ -453,7 +469,7 @@ def _worker(conn, k: int, backend: str) -> None:
         name, mode, index = task
         try:
             rec = run_sample(ops[name], mode, index, k,
-                             lambda phase: conn.send(("phase", phase)), backend)
+                             lambda phase: conn.send(("phase", phase)), backend, always)
         except Exception as e:  # noqa: BLE001 - the harness itself: recorded, not fatal
             rec = {"op": name, "mode": mode, "sample": index, "status": "crash",
                    "detail": "harness: " + _err(e)}
@@ -461,9 +477,9 @@ def _worker(conn, k: int, backend: str) -> None:
 
 
 class _Slot:
-    def __init__(self, ctx, k, backend):
+    def __init__(self, ctx, k, backend, always):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, k, backend), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, k, backend, always), daemon=True)
         self.proc.start()
         child.close()
         self.ready = False
@@ -505,13 +521,13 @@ def tasks_for(ops: Iterable[str], modes: Sequence[str], k: int,
 
 def run(tasks: List[Tuple[str, str, int]], k: int, jobs: int = 2,
         timeout: float = DEFAULT_TIMEOUT, verbose: bool = False,
-        backend: str = "fxhlo") -> List[Dict[str, Any]]:
+        backend: str = "fxhlo", always_aot_eager: bool = False) -> List[Dict[str, Any]]:
     """Runs ``tasks`` in ``jobs`` worker processes; returns one record per existing sample."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
     ctx = mp.get_context("spawn")
     pending = collections.deque(tasks)
-    slots = [_Slot(ctx, k, backend) for _ in range(max(1, min(jobs, len(tasks))))]
+    slots = [_Slot(ctx, k, backend, always_aot_eager) for _ in range(max(1, min(jobs, len(tasks))))]
     records: List[Dict[str, Any]] = []
     done = 0
 
@@ -567,7 +583,7 @@ def run(tasks: List[Tuple[str, str, int]], k: int, jobs: int = 2,
                         raise RuntimeError(f"an OpInfo worker failed to start "
                                            f"(exit code {s.proc.exitcode})")
                     s.stop(kill=True)
-                    slots[i] = _Slot(ctx, k, backend)
+                    slots[i] = _Slot(ctx, k, backend, always_aot_eager)
     finally:
         for s in slots:
             s.stop(kill=s.task is not None)
@@ -711,6 +727,9 @@ def main(argv=None) -> int:
     p.add_argument("--table", help="write the markdown report here (docs/opinfo.md)")
     p.add_argument("--backend", default="fxhlo",
                    help="another backend (aot_eager) validates the harness: all counted pass")
+    p.add_argument("--always-aot-eager", action="store_true",
+                   help="run aot_eager on every sample first (by default only on the samples "
+                        "fxhlo does not pass)")
     p.add_argument("--ci", action="store_true",
                    help="run the subset CI runs (python/tests/test_opinfo.py) instead")
     p.add_argument("--check-xfail", action="store_true",
@@ -737,7 +756,8 @@ def main(argv=None) -> int:
         tasks = ci_tasks()
     else:
         tasks = tasks_for(names, modes, a.samples)
-    records = run(tasks, a.samples, a.jobs, a.timeout, a.verbose, a.backend)
+    records = run(tasks, a.samples, a.jobs, a.timeout, a.verbose, a.backend,
+                  a.always_aot_eager)
     secs = time.time() - t0
     meta = {"command": "python -m fxhlo.opinfo " + " ".join(argv if argv is not None
                                                             else sys.argv[1:]),
