@@ -37,7 +37,8 @@ element is accepted when fxhlo's error against float64 is at most eager's error 
 tolerance (``|fx - ref| <= |eager - ref| + atol + rtol * |ref|``): an answer closer to the
 exact one is not a mismatch.  Integer and bool outputs are exact, except the index outputs of
 sorts, top-k and arg/cumulative max/min, which may differ only in tie order (the input values
-they point at must be equal).
+they point at must be equal).  The ``empty*`` ops' values are uninitialized memory: only their
+shapes and dtypes are compared.
 
     python -m fxhlo.opinfo                         # all ops, all modes, K=3, 2 jobs
     python -m fxhlo.opinfo --ops sin,cumsum --modes fwd-f32 -v
@@ -70,6 +71,11 @@ DEFAULT_TIMEOUT = 180.0
 TIE_OPS = {"sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode",
            "max.reduction_with_dim", "min.reduction_with_dim", "argmax", "argmin", "cummax",
            "cummin"}
+
+
+# ops whose values are uninitialized memory: only their shapes and dtypes are compared
+UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
+                 "empty_permuted"}
 
 
 def opinfo_name(op) -> str:
@@ -304,6 +310,11 @@ def compare(s: Sample, got: Dict[str, list], want: Dict[str, list],
             if not isinstance(e, torch.Tensor):
                 if a != e and not (isinstance(a, float) and math.isnan(a) and math.isnan(e)):
                     return f"{kind} {i}: {a!r}, eager gives {e!r}", math.inf
+                continue
+            if opinfo_name(s.op) in UNINITIALIZED:
+                if a.shape != e.shape or a.dtype != e.dtype:
+                    return (f"{kind} {i}: {a.dtype}{list(a.shape)}, eager gives "
+                            f"{e.dtype}{list(e.shape)}"), math.inf
                 continue
             r = _close(a, e)
             if r is None:
