@@ -11,7 +11,12 @@ tensor), ``bucketize`` (as ``searchsorted``), ``new_empty_strided``, and the ran
 ``rand_like``, ``randn_like``, ``bernoulli.p``, ``uniform``, ``normal`` (four overloads and
 ``normal_functional``), ``exponential``, ``cauchy``, ``log_normal``, ``geometric`` and
 ``randint``/``randint_like`` by inverse transform of ``rand``/``randn`` (the values are the
-backend's random numbers, as for ``rand``; only the distribution is torch's).
+backend's random numbers, as for ``rand``; only the distribution is torch's).  Also
+``_trilinear`` (``nn.functional.bilinear``: the product of the unsqueezed inputs summed, the
+sums in another order than ATen's bmm), ``angle`` of real tensors, ``kthvalue``,
+``median``/``nanmedian`` (whole and along a dimension: a sort and the element of the rank,
+NaN ranked last as ATen ranks it; with ties the index may be another of the equal values) and
+``diagonal_scatter`` (``index_put`` on the diagonal).
 """
 
 from __future__ import annotations
@@ -231,6 +236,105 @@ def _randint_like_low(self, low, high, *, dtype=None, layout=None, device=None,
     return _randint_range(low, high, self.shape, dtype or self.dtype, self.device)
 
 
+def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    # ATen's definition: each input unsqueezed at its expand dims (in increasing order), the
+    # product summed over sumdim (ATen sums pairwise products by bmm: the same sums, in
+    # another order)
+    def grow(x, dims):
+        for d in sorted(dims):
+            x = aten.unsqueeze.default(x, d)
+        return x
+    p = aten.mul.Tensor(aten.mul.Tensor(grow(i1, expand1), grow(i2, expand2)),
+                        grow(i3, expand3))
+    return aten.sum.dim_IntList(p, list(sumdim)) if sumdim else p
+
+
+def _angle(x):
+    # real input: pi where negative, 0 elsewhere, NaN kept (ATen's angle_impl)
+    if not x.is_floating_point():
+        x = aten._to_copy.default(x, dtype=torch.get_default_dtype())
+    pi = aten.full_like.default(x, math.pi)
+    zero = aten.full_like.default(x, 0.0)
+    return aten.where.self(aten.isnan.default(x), x,
+                           aten.where.self(aten.lt.Scalar(x, 0), pi, zero))
+
+
+def _kth_along(x, dim, k, keepdim):
+    """Values and indices of the element of rank ``k`` (a 0-based int, or an int64 tensor of
+    the reduced shape with keepdim) along ``dim``, NaN ranked largest (as ATen's selection
+    and sort)."""
+    dim = dim % max(x.dim(), 1)
+    if x.dim() == 0:
+        return x.clone(), aten.zeros_like.default(x, dtype=torch.int64)
+    vals, idx = aten.sort.default(x, dim)
+    if isinstance(k, int):
+        v = aten.slice.Tensor(vals, dim, k, k + 1)
+        i = aten.slice.Tensor(idx, dim, k, k + 1)
+    else:
+        v = aten.gather.default(vals, dim, k)
+        i = aten.gather.default(idx, dim, k)
+    if not keepdim:
+        v, i = aten.squeeze.dims(v, [dim]), aten.squeeze.dims(i, [dim])
+    return v, i
+
+
+def _kthvalue(x, k, dim=-1, keepdim=False):
+    return _kth_along(x, dim, k - 1, keepdim)
+
+
+def _median_dim(x, dim, keepdim=False):
+    # the lower median; a slice with a NaN gives NaN (sorted last)
+    d = dim % max(x.dim(), 1)
+    n = x.shape[d] if x.dim() else 1
+    v, i = _kth_along(x, dim, (n - 1) // 2, True)
+    if x.dim():
+        lv, li = _kth_along(x, dim, n - 1, True)
+        nan = aten.isnan.default(lv)
+        v, i = aten.where.self(nan, lv, v), aten.where.self(nan, li, i)
+        if not keepdim:
+            v, i = aten.squeeze.dims(v, [d]), aten.squeeze.dims(i, [d])
+    return v, i
+
+
+def _median(x):
+    return _median_dim(aten.view.default(x, [-1]), 0)[0] if x.numel() else \
+        aten.full.default([], math.nan, dtype=x.dtype)
+
+
+def _nanmedian_dim(x, dim, keepdim=False):
+    # the lower median of the non-NaN values (NaN sorts last); all NaN gives NaN
+    if x.dim() == 0:
+        return x.clone(), aten.zeros_like.default(x, dtype=torch.int64)
+    d = dim % x.dim()
+    count = aten.sum.dim_IntList(aten.logical_not.default(aten.isnan.default(x)), [d], True)
+    k = aten.clamp.default(aten.div.Tensor_mode(aten.sub.Tensor(count, 1), 2,
+                                                rounding_mode="floor"), 0)
+    return _kth_along(x, d, k, keepdim)
+
+
+def _nanmedian(x):
+    return _nanmedian_dim(aten.view.default(x, [-1]), 0)[0] if x.numel() else \
+        aten.full.default([], math.nan, dtype=x.dtype)
+
+
+def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    # a copy of self with src written on the diagonal: index_put at the diagonal's positions
+    # of the two dimensions moved first
+    nd = self.dim()
+    d1, d2 = dim1 % nd, dim2 % nd
+    n = src.shape[-1]
+    rest = [d for d in range(nd) if d not in (d1, d2)]
+    x = aten.permute.default(self, [d1, d2] + rest)
+    rows = aten.arange.start_step(max(-offset, 0), max(-offset, 0) + n, 1, dtype=torch.int64)
+    cols = aten.arange.start_step(max(offset, 0), max(offset, 0) + n, 1, dtype=torch.int64)
+    v = aten.permute.default(src, [src.dim() - 1] + list(range(src.dim() - 1)))
+    y = aten.index_put.default(x, [rows, cols], v)
+    inv = [0] * nd
+    for i, d in enumerate([d1, d2] + rest):
+        inv[d] = i
+    return aten.permute.default(y, inv)
+
+
 def table() -> Dict[torch._ops.OpOverload, Callable]:
     """The decompositions, by op overload."""
     return {
@@ -268,4 +372,12 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.randint.low: _randint_low,
         aten.randint_like.default: _randint_like,
         aten.randint_like.low_dtype: _randint_like_low,
+        aten._trilinear.default: _trilinear,
+        aten.angle.default: _angle,
+        aten.kthvalue.default: _kthvalue,
+        aten.median.default: _median,
+        aten.median.dim: _median_dim,
+        aten.nanmedian.default: _nanmedian,
+        aten.nanmedian.dim: _nanmedian_dim,
+        aten.diagonal_scatter.default: _diagonal_scatter,
     }

@@ -50,6 +50,22 @@ CASES = [
     (aten.bucketize.Tensor, (_x(3, 4), torch.tensor([-1.0, 0.0, 0.5, 2.0])),
      {"right": True, "out_int32": True}),
 ]
+CASES += [
+    (aten._trilinear.default, (_x(2, 3), _x(4, 3, 5, seed=1), _x(2, 5, seed=2), [1, 3], [0],
+                               [1, 2], [2, 3]), {}),
+    (aten.angle.default, (_x(3, 4, nan=True),), {}),
+    (aten.kthvalue.default, (_x(3, 6), 2, 1), {}),
+    (aten.kthvalue.default, (_x(3, 6, nan=True), 3, 0, True), {}),
+    (aten.median.default, (_x(3, 6),), {}),
+    (aten.median.default, (_x(3, 6, nan=True),), {}),
+    (aten.median.dim, (_x(4, 5, nan=True), 1), {}),
+    (aten.median.dim, (_x(3, 6), 0, True), {}),
+    (aten.nanmedian.default, (_x(4, 5, nan=True),), {}),
+    (aten.nanmedian.dim, (_x(4, 5, nan=True), 1), {}),
+    (aten.nanmedian.dim, (torch.full((3, 2), math.nan), 0, True), {}),
+    (aten.diagonal_scatter.default, (_x(4, 5), _x(4, seed=1), 1), {}),
+    (aten.diagonal_scatter.default, (_x(2, 4, 5), _x(4, 1, seed=1), -1, 0, 2), {}),
+]
 for r in ("prod", "mean", "amax", "amin"):
     for inc in (True, False):
         CASES.append((aten.index_reduce.default, (_x(4, 3), 0, torch.tensor([0, 2, 0, 3, 0]),
@@ -100,6 +116,25 @@ def test_compiled_through_the_backend(tmp_path):
     cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
     for g, w in zip(cf(x, y, idx, edges), f(x, y, idx, edges)):
         torch.testing.assert_close(g, w)
+
+
+def test_selections_and_bilinear_compile_whole():
+    """kthvalue, median, nanmedian, bilinear, angle and diagonal_scatter compile whole in
+    strict mode (they were unsupported ops) and match eager (the indices where no ties)."""
+    def f(x, a, b, w, d):
+        return (torch.kthvalue(x, 2, 1), torch.median(x, 0), torch.nanmedian(x),
+                torch.nn.functional.bilinear(a, b, w), torch.angle(x),
+                torch.diagonal_scatter(x, d, 1))
+
+    x = _x(4, 5, nan=True)
+    args = (x, _x(2, 3, seed=1), _x(2, 4, seed=2), _x(5, 3, 4, seed=3), _x(4, seed=4))
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
+    leaves = torch.utils._pytree.tree_leaves
+    got, want = leaves(cf(*args)), leaves(f(*args))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, equal_nan=True)
 
 
 def test_random_distributions():
