@@ -532,8 +532,10 @@ def tasks_for(ops: Iterable[str], modes: Sequence[str], k: int,
 
 def run(tasks: List[Tuple[str, str, int]], k: int, jobs: int = 2,
         timeout: float = DEFAULT_TIMEOUT, verbose: bool = False,
-        backend: str = "fxhlo", always_aot_eager: bool = False) -> List[Dict[str, Any]]:
-    """Runs ``tasks`` in ``jobs`` worker processes; returns one record per existing sample."""
+        backend: str = "fxhlo", always_aot_eager: bool = False,
+        partial: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Runs ``tasks`` in ``jobs`` worker processes; returns one record per existing sample
+    (also appended to the file ``partial`` as JSON lines as they come, if given)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
     ctx = mp.get_context("spawn")
@@ -548,6 +550,9 @@ def run(tasks: List[Tuple[str, str, int]], k: int, jobs: int = 2,
         slot.task = None
         if rec is not None:
             records.append(rec)
+            if partial:
+                with open(partial, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
             if verbose:
                 print(f"[{done}/{len(tasks)}] {rec['op']} {rec['mode']} #{rec['sample']}: "
                       f"{rec['status']} {rec.get('detail', '')}"[:300], file=sys.stderr,
@@ -650,6 +655,7 @@ def summary(records: List[Dict[str, Any]], mode: str) -> Dict[str, Any]:
         "mismatch": by["mismatch"], "crash": by["crash"], "compile_error": by["compile-error"],
         "unsupported": by["unsupported"], "unsupported_ops": dict(unsup.most_common()),
         "opinfos": len({r["op"] for r in rs}),
+        "sample_seconds": sum(r.get("seconds", 0.0) for r in rs),
     }
 
 
@@ -662,6 +668,29 @@ def failing(records: List[Dict[str, Any]]) -> Dict[Tuple[str, str], List[str]]:
     return out
 
 
+def xfail_source(records: List[Dict[str, Any]]) -> str:
+    """python/fxhlo/opinfo_xfail.py listing every (OpInfo, mode) of ``records`` with a
+    counted sample that does not pass, the reason its first such sample gives."""
+    head = open(os.path.join(os.path.dirname(__file__), "opinfo_xfail.py")).read()
+    head = head[:head.index("XFAIL: Dict")]
+    reasons: Dict[Tuple[str, str], str] = {}
+    for r in records:
+        if r["status"] in COUNTED and r["status"] != "pass":
+            key = (r["op"], r["mode"])
+            if key not in reasons:
+                if r["status"] == "unsupported":
+                    why = "unsupported: " + ", ".join(r.get("unsupported", []))
+                else:
+                    why = f"{r['status']}: {r.get('detail', '')}"
+                reasons[key] = why if len(why) <= 200 else why[:197] + "..."
+    order = {m: i for i, m in enumerate(MODES)}
+    lines = [head + "XFAIL: Dict[Tuple[str, str], str] = {"]
+    for (op, m) in sorted(reasons, key=lambda k: (k[0], order[k[1]])):
+        lines.append(f"    ({op!r}, {m!r}):\n        {reasons[(op, m)]!r},")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     """docs/opinfo.md."""
     modes = [m for m in MODES if any(r["mode"] == m for r in records)]
@@ -672,7 +701,7 @@ def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         "the rules); do not edit by hand.",
         "",
         f"Command: `{meta['command']}`  ",
-        f"torch {meta['torch']}; {meta['k']} first samples per OpInfo and mode, CPU, strict mode, "
+        f"torch {meta['torch']}; first samples per OpInfo and mode: {meta['k']}; CPU, strict mode, "
         f"`dynamic=False, fullgraph=True`; {meta['jobs']} worker processes; "
         f"{meta['seconds']:.0f} s of wall time ({meta['date']}).",
         "",
@@ -685,16 +714,24 @@ def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         "exceed eager's plus that tolerance; sort/top-k index outputs may differ in tie order "
         "only.",
         "",
+    ]
+    at = next(i for i, x in enumerate(lines) if x.startswith("torch ")) + 1
+    for u in reversed(meta.get("updates", [])):
+        lines.insert(at, f"Then, for the OpInfos changed since (their records replaced): `{u}`  ")
+    lines += [
         "| mode | OpInfos | samples | counted | pass | pass % | mismatch | crash | compile error "
-        "| unsupported | not counted |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| unsupported | not counted | sample s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     sums = {m: summary(records, m) for m in modes}
     for m in modes:
         s = sums[m]
         lines.append(f"| {m} | {s['opinfos']} | {s['samples']} | {s['counted']} | {s['pass']} | "
                      f"{s['pass_pct']:.1f} | {s['mismatch']} | {s['crash']} | "
-                     f"{s['compile_error']} | {s['unsupported']} | {s['not_counted']} |")
+                     f"{s['compile_error']} | {s['unsupported']} | {s['not_counted']} | "
+                     f"{s['sample_seconds']:.0f} |")
+    lines += ["", "*sample s*: the seconds the samples took, summed over the worker processes "
+              "(each runs one sample at a time on one thread)."]
     for m in modes:
         s = sums[m]
         lines += ["", f"## {m}", ""]
@@ -730,7 +767,10 @@ def main(argv=None) -> int:
     p.add_argument("--ops", help="comma-separated OpInfo names (name or name.variant; default "
                                  "all)")
     p.add_argument("--modes", default=",".join(MODES), help=f"default {','.join(MODES)}")
-    p.add_argument("-k", "--samples", type=int, default=3, help="samples per OpInfo and mode")
+    p.add_argument("-k", "--samples", type=int, default=3,
+                   help="samples per OpInfo and mode (the first K)")
+    p.add_argument("--k-mode", action="append", default=[], metavar="MODE=K",
+                   help="another K for one mode, e.g. fwdbwd-f32=1")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help="seconds per sample before it counts as a crash")
@@ -741,6 +781,11 @@ def main(argv=None) -> int:
     p.add_argument("--always-aot-eager", action="store_true",
                    help="run aot_eager on every sample first (by default only on the samples "
                         "fxhlo does not pass)")
+    p.add_argument("--update", metavar="JSON",
+                   help="records of an earlier run: those of the (OpInfo, mode) pairs run now "
+                        "are replaced, the merged records written (to --json, else here)")
+    p.add_argument("--write-xfail", action="store_true",
+                   help="rewrite fxhlo/opinfo_xfail.py from the records (every failing pair)")
     p.add_argument("--ci", action="store_true",
                    help="run the subset CI runs (python/tests/test_opinfo.py) instead")
     p.add_argument("--check-xfail", action="store_true",
@@ -765,15 +810,36 @@ def main(argv=None) -> int:
     if a.ci:
         a.samples = 1
         tasks = ci_tasks()
+        kdesc = "the CI subset (fxhlo.opinfo.ci_tasks), 1"
     else:
-        tasks = tasks_for(names, modes, a.samples)
+        ks = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in a.k_mode}
+        tasks = tasks_for(names, modes, a.samples, ks)
+        kdesc = ", ".join(f"{m} {ks.get(m, a.samples)}" for m in modes)
+        a.samples = max([a.samples] + list(ks.values()))
     records = run(tasks, a.samples, a.jobs, a.timeout, a.verbose, a.backend,
-                  a.always_aot_eager)
+                  a.always_aot_eager, a.json + ".partial" if a.json else None)
     secs = time.time() - t0
+    if a.update:
+        with open(a.update) as f:
+            old = json.load(f)
+        ran = {(t[0], t[1]) for t in tasks}
+        kept = [r for r in old["records"] if (r["op"], r["mode"]) not in ran]
+        print(f"updated {len(ran)} (OpInfo, mode) pairs of {a.update}: {len(records)} records "
+              f"now, {len(kept)} kept")
+        records = kept + records
+        meta_old = old["meta"]
+        argv = list(argv if argv is not None else sys.argv[1:])
+        meta_old.setdefault("updates", []).append(
+            "python -m fxhlo.opinfo " + " ".join(argv) + f" ({secs:.0f} s)")
+        if not a.json:
+            a.json = a.update
     meta = {"command": "python -m fxhlo.opinfo " + " ".join(argv if argv is not None
                                                             else sys.argv[1:]),
-            "torch": torch.__version__, "k": a.samples, "jobs": a.jobs, "seconds": secs,
+            "torch": torch.__version__, "k": kdesc, "jobs": a.jobs, "seconds": secs,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if a.update:
+        meta = meta_old
+    modes = [m for m in MODES if any(r["mode"] == m for r in records)]
     for m in modes:
         s = summary(records, m)
         print(f"{m}: {s['counted']} counted of {s['samples']} samples ({s['opinfos']} OpInfos): "
@@ -788,6 +854,9 @@ def main(argv=None) -> int:
     if a.table:
         with open(a.table, "w") as f:
             f.write(table(records, meta))
+    if a.write_xfail:
+        with open(os.path.join(os.path.dirname(__file__), "opinfo_xfail.py"), "w") as f:
+            f.write(xfail_source(records))
     if a.check_xfail:
         unexpected, passes = check_xfail(records)
         for (op, m), sts in sorted(unexpected.items()):
