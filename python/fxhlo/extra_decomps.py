@@ -16,7 +16,9 @@ backend's random numbers, as for ``rand``; only the distribution is torch's).  A
 sums in another order than ATen's bmm), ``angle`` of real tensors, ``kthvalue``,
 ``median``/``nanmedian`` (whole and along a dimension: a sort and the element of the rank,
 NaN ranked last as ATen ranks it; with ties the index may be another of the equal values) and
-``diagonal_scatter`` (``index_put`` on the diagonal).
+``diagonal_scatter`` (``index_put`` on the diagonal), ``adaptive_max_pool2d`` where torch's
+own decomposition gives up (windows of uneven sizes: each window's maximum and first argmax)
+and its backward (a ``scatter_add`` at the indices).
 """
 
 from __future__ import annotations
@@ -335,6 +337,45 @@ def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
     return aten.permute.default(y, inv)
 
 
+def _adaptive_max_pool2d(x, output_size):
+    # torch's decomposition covers global pooling and evenly divisible sizes; otherwise each
+    # output cell's window ([floor(i*I/O), ceil((i+1)*I/O)) on each axis) is a slice, its
+    # maximum and the flat index (h * W + w) of its first maximum (NaN counts as the
+    # maximum), as ATen's kernel
+    from torch._decomp import decomposition_table
+    r = decomposition_table[aten.adaptive_max_pool2d.default](x, output_size)
+    if r is not NotImplemented:
+        return r
+    h_in, w_in = x.shape[-2], x.shape[-1]
+    h_out, w_out = output_size
+    vals, idxs = [], []
+    for i in range(h_out):
+        hs, he = (i * h_in) // h_out, -((-(i + 1) * h_in) // h_out)
+        for j in range(w_out):
+            ws, we = (j * w_in) // w_out, -((-(j + 1) * w_in) // w_out)
+            win = aten.slice.Tensor(aten.slice.Tensor(x, -2, hs, he), -1, ws, we)
+            flat = aten.view.default(aten.clone.default(win), list(x.shape[:-2]) + [-1])
+            a = aten.argmax.default(flat, -1, True)
+            vals.append(aten.gather.default(flat, -1, a))
+            kw = we - ws
+            row = aten.add.Tensor(aten.div.Tensor_mode(a, kw, rounding_mode="floor"), hs)
+            col = aten.add.Tensor(aten.remainder.Scalar(a, kw), ws)
+            idxs.append(aten.add.Tensor(aten.mul.Tensor(row, w_in), col))
+    shape = list(x.shape[:-2]) + [h_out, w_out]
+    return (aten.view.default(aten.cat.default(vals, -1), shape),
+            aten.view.default(aten.cat.default(idxs, -1), shape))
+
+
+def _adaptive_max_pool2d_backward(grad_output, x, indices):
+    # each output's gradient added at the input position its index names
+    flat_shape = list(x.shape[:-2]) + [-1]
+    zeros = aten.full.default(list(x.shape[:-2]) + [x.shape[-2] * x.shape[-1]], 0.0,
+                              dtype=grad_output.dtype)
+    g = aten.scatter_add.default(zeros, -1, aten.view.default(indices, flat_shape),
+                                 aten.view.default(grad_output, flat_shape))
+    return aten.view.default(g, list(x.shape))
+
+
 def table() -> Dict[torch._ops.OpOverload, Callable]:
     """The decompositions, by op overload."""
     return {
@@ -380,4 +421,6 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.nanmedian.default: _nanmedian,
         aten.nanmedian.dim: _nanmedian_dim,
         aten.diagonal_scatter.default: _diagonal_scatter,
+        aten.adaptive_max_pool2d.default: _adaptive_max_pool2d,
+        aten.adaptive_max_pool2d_backward.default: _adaptive_max_pool2d_backward,
     }

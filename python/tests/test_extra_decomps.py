@@ -118,6 +118,35 @@ def test_compiled_through_the_backend(tmp_path):
         torch.testing.assert_close(g, w)
 
 
+@pytest.mark.parametrize("shape,size", [((2, 3, 7, 9), (3, 4)), ((1, 5, 6), (4, 5)),
+                                        ((2, 3, 8, 8), (4, 4))])
+def test_adaptive_max_pool2d(shape, size):
+    """Windows of uneven sizes (torch's decomposition gives up on them): the values, the flat
+    indices of the first maximum (NaN counts as the maximum) and the backward, exactly as
+    ATen's; compiled whole in strict mode with its gradient."""
+    t = extra_decomps.table()
+    x = _x(*shape, nan=True)
+    want = aten.adaptive_max_pool2d.default(x, size)
+    got = t[aten.adaptive_max_pool2d.default](x, size)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got[1], want[1])
+    go = _x(*want[0].shape, seed=3)
+    torch.testing.assert_close(
+        t[aten.adaptive_max_pool2d_backward.default](go, x, want[1]),
+        aten.adaptive_max_pool2d_backward.default(go, x, want[1]), rtol=0, atol=0)
+    xs = _x(*shape).requires_grad_(True)
+    torch._dynamo.reset()
+    f = torch.nn.functional.adaptive_max_pool2d
+    cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
+    out = cf(xs, size)
+    (gx,) = torch.autograd.grad(out, xs, go)
+    xe = xs.detach().clone().requires_grad_(True)
+    oute = f(xe, size)
+    (gxe,) = torch.autograd.grad(oute, xe, go)
+    torch.testing.assert_close(out, oute)
+    torch.testing.assert_close(gx, gxe)
+
+
 def test_selections_and_bilinear_compile_whole():
     """kthvalue, median, nanmedian, bilinear, angle and diagonal_scatter compile whole in
     strict mode (they were unsupported ops) and match eager (the indices where no ties)."""
