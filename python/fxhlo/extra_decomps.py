@@ -18,7 +18,11 @@ sums in another order than ATen's bmm), ``angle`` of real tensors, ``kthvalue``,
 NaN ranked last as ATen ranks it; with ties the index may be another of the equal values) and
 ``diagonal_scatter`` (``index_put`` on the diagonal), ``adaptive_max_pool2d`` where torch's
 own decomposition gives up (windows of uneven sizes: each window's maximum and first argmax)
-and its backward (a ``scatter_add`` at the indices).
+and its backward (a ``scatter_add`` at the indices), ``as_strided_scatter`` of a contiguous
+tensor (``index_put`` at the strided positions), ``frexp`` (exact: ``log2`` corrected by one
+step), ``masked_scatter_backward`` (the gradient at the mask's positions by a cumulative
+count) and ``logcumsumexp`` (in float64 with the slice's maximum taken out: more accurate
+than ATen's, within float32's tolerance of it).
 """
 
 from __future__ import annotations
@@ -376,6 +380,73 @@ def _adaptive_max_pool2d_backward(grad_output, x, indices):
     return aten.view.default(g, list(x.shape))
 
 
+def _as_strided_scatter(self, src, size, stride, storage_offset=None):
+    # src written at the positions the strided view of self's (contiguous) storage names
+    if not self.is_contiguous():
+        return NotImplemented
+    n = self.numel()
+    pos = aten.as_strided.default(aten.arange.start_step(0, n, 1, dtype=torch.int64), size,
+                                  stride, storage_offset or 0)
+    out = aten.index_put.default(aten.view.default(self, [-1]),
+                                 [aten.reshape.default(pos, [-1])],
+                                 aten.reshape.default(src, [-1]))
+    return aten.view.default(out, list(self.shape))
+
+
+def _frexp(x):
+    # mantissa in [0.5, 1) and exponent with x = m * 2^e: e from log2, corrected by one step
+    # either way (log2 may round across a power of two); the scaling by 2^-e in two halves
+    # so that no factor overflows; 0, inf and NaN give (x, 0), as ATen
+    xf = aten._to_copy.default(x, dtype=torch.float32) if x.dtype in (
+        torch.bfloat16, torch.float16) else x
+    a = aten.abs.default(xf)
+    ok = aten.logical_and.default(aten.ne.Scalar(a, 0.0), aten.logical_and.default(
+        aten.logical_not.default(aten.isinf.default(xf)), aten.eq.Tensor(xf, xf)))
+    safe = aten.where.self(ok, a, aten.full_like.default(a, 1.0))
+    e = aten.add.Tensor(aten.floor.default(aten.log2.default(safe)), 1.0)
+    h = aten.floor.default(aten.div.Tensor(e, 2.0))
+    m = aten.mul.Tensor(aten.mul.Tensor(xf, aten.exp2.default(aten.neg.default(h))),
+                        aten.exp2.default(aten.neg.default(aten.sub.Tensor(e, h))))
+    big = aten.ge.Scalar(aten.abs.default(m), 1.0)
+    m = aten.where.self(big, aten.mul.Tensor(m, 0.5), m)
+    e = aten.where.self(big, aten.add.Tensor(e, 1.0), e)
+    small = aten.logical_and.default(aten.lt.Scalar(aten.abs.default(m), 0.5), ok)
+    m = aten.where.self(small, aten.mul.Tensor(m, 2.0), m)
+    e = aten.where.self(small, aten.sub.Tensor(e, 1.0), e)
+    m = aten.where.self(ok, m, xf)
+    e = aten.where.self(ok, e, aten.zeros_like.default(e))
+    return (aten._to_copy.default(m, dtype=x.dtype),
+            aten._to_copy.default(e, dtype=torch.int32))
+
+
+def _masked_scatter_backward(grad_output, mask, sizes):
+    # the gradient at the mask's positions, in order, zeros after (ATen: masked_select, padded)
+    n = 1
+    for d in sizes:
+        n *= d
+    m = aten.reshape.default(aten.expand.default(mask, list(grad_output.shape)), [-1])
+    g = aten.reshape.default(grad_output, [-1])
+    pos = aten.sub.Tensor(aten.cumsum.default(m, 0, dtype=torch.int64), 1)
+    target = aten.where.self(m, pos, aten.full_like.default(pos, n))
+    buf = aten.full.default([n + 1], 0.0, dtype=grad_output.dtype)
+    # every True position is written once; the others all land on the extra last slot
+    buf = aten.index_put.default(buf, [target], g)
+    return aten.view.default(aten.slice.Tensor(buf, 0, 0, n), list(sizes))
+
+
+def _logcumsumexp(x, dim):
+    # in float64, shifted by the slice's largest finite value (ATen accumulates in the input
+    # type); an empty or 0-d input as it is
+    if x.dim() == 0 or x.numel() == 0:
+        return aten.clone.default(x)
+    xd = aten._to_copy.default(x, dtype=torch.float64)
+    m = aten.amax.default(xd, [dim], True)
+    m = aten.where.self(aten.isinf.default(m), aten.zeros_like.default(m), m)
+    r = aten.add.Tensor(aten.log.default(aten.cumsum.default(
+        aten.exp.default(aten.sub.Tensor(xd, m)), dim)), m)
+    return aten._to_copy.default(r, dtype=x.dtype)
+
+
 def table() -> Dict[torch._ops.OpOverload, Callable]:
     """The decompositions, by op overload."""
     return {
@@ -423,4 +494,8 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.diagonal_scatter.default: _diagonal_scatter,
         aten.adaptive_max_pool2d.default: _adaptive_max_pool2d,
         aten.adaptive_max_pool2d_backward.default: _adaptive_max_pool2d_backward,
+        aten.as_strided_scatter.default: _as_strided_scatter,
+        aten.frexp.Tensor: _frexp,
+        aten.masked_scatter_backward.default: _masked_scatter_backward,
+        aten.logcumsumexp.default: _logcumsumexp,
     }

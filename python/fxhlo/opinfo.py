@@ -517,9 +517,9 @@ def tasks_for(ops: Iterable[str], modes: Sequence[str], k: int,
     """The (OpInfo, mode, sample index) tasks; ``ks`` overrides ``k`` per mode."""
     by = _ops_by_name()
     out = []
-    for name in ops:
-        op = by[name]
-        for mode in modes:
+    for mode in modes:  # mode by mode: a run stopped early has whole modes
+        for name in ops:
+            op = by[name]
             try:
                 if not mode_applies(op, mode):
                     continue

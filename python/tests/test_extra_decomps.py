@@ -147,13 +147,49 @@ def test_adaptive_max_pool2d(shape, size):
     torch.testing.assert_close(gx, gxe)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_frexp_is_exact(dtype):
+    """Mantissa and exponent bit for bit, at powers of two, the largest float, subnormals,
+    signed zeros, infinities and NaN."""
+    x = _x(4, 5) * 10
+    x.view(-1)[:10] = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-42, 1.0, 0.5,
+                                    3.4e38, -2.0 ** -126])
+    x = x.to(dtype)
+    want = aten.frexp.Tensor(x)
+    got = extra_decomps.table()[aten.frexp.Tensor](x)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got[1], want[1])
+
+
+def test_scatters_and_logcumsumexp():
+    """as_strided_scatter and masked_scatter_backward exactly; logcumsumexp (computed in
+    float64) within assert_close's float32 tolerance, with -inf entries and an all -inf row."""
+    t = extra_decomps.table()
+    y, src = _x(3, 4), _x(2, 2, seed=1)
+    torch.testing.assert_close(
+        t[aten.as_strided_scatter.default](y, src, [2, 2], [1, 4], 1),
+        aten.as_strided_scatter.default(y, src, [2, 2], [1, 4], 1), rtol=0, atol=0)
+    g, mask = _x(3, 4, seed=2), _x(3, 4, seed=3) > 0
+    torch.testing.assert_close(t[aten.masked_scatter_backward.default](g, mask, [4, 5]),
+                               aten.masked_scatter_backward.default(g, mask, [4, 5]),
+                               rtol=0, atol=0)
+    z = _x(3, 6, seed=4) * 5
+    z[0, 2] = -math.inf
+    z[1] = -math.inf
+    for d in (0, 1):
+        torch.testing.assert_close(t[aten.logcumsumexp.default](z, d),
+                                   aten.logcumsumexp.default(z, d))
+
+
 def test_selections_and_bilinear_compile_whole():
-    """kthvalue, median, nanmedian, bilinear, angle and diagonal_scatter compile whole in
-    strict mode (they were unsupported ops) and match eager (the indices where no ties)."""
+    """kthvalue, median, nanmedian, bilinear, angle, diagonal_scatter, frexp,
+    as_strided_scatter and logcumsumexp compile whole in strict mode (they were unsupported
+    ops) and match eager (the indices where no ties)."""
     def f(x, a, b, w, d):
         return (torch.kthvalue(x, 2, 1), torch.median(x, 0), torch.nanmedian(x),
                 torch.nn.functional.bilinear(a, b, w), torch.angle(x),
-                torch.diagonal_scatter(x, d, 1))
+                torch.diagonal_scatter(x, d, 1), torch.frexp(x),
+                torch.as_strided_scatter(x, d[:2], [2], [3], 1), torch.logcumsumexp(a, 1))
 
     x = _x(4, 5, nan=True)
     args = (x, _x(2, 3, seed=1), _x(2, 4, seed=2), _x(5, 3, 4, seed=3), _x(4, seed=4))
