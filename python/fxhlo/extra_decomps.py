@@ -22,7 +22,10 @@ and its backward (a ``scatter_add`` at the indices), ``as_strided_scatter`` of a
 tensor (``index_put`` at the strided positions), ``frexp`` (exact: ``log2`` corrected by one
 step), ``masked_scatter_backward`` (the gradient at the mask's positions by a cumulative
 count) and ``logcumsumexp`` (in float64 with the slice's maximum taken out: more accurate
-than ATen's, within float32's tolerance of it).
+than ATen's, within float32's tolerance of it), ``nonzero_static`` (each nonzero's row by a
+cumulative count), and the triangular solves ``linalg_solve_triangular``,
+``triangular_solve``, ``cholesky_solve`` and ``cholesky_inverse`` by substitution row by row
+(the sums of a triangular solve in another order).
 """
 
 from __future__ import annotations
@@ -447,6 +450,86 @@ def _logcumsumexp(x, dim):
     return aten._to_copy.default(r, dtype=x.dtype)
 
 
+def _nonzero_static(x, *, size, fill_value=-1):
+    # the coordinates of the first `size` nonzero elements in row-major order, rows past the
+    # count filled with fill_value: each element's row is the count of nonzeros before it
+    nd, n = x.dim(), x.numel()
+    flat = aten.ne.Scalar(aten.reshape.default(x, [-1]), 0)
+    pos = aten.sub.Tensor(aten.cumsum.default(flat, 0, dtype=torch.int64), 1)
+    keep = aten.logical_and.default(flat, aten.lt.Scalar(pos, size))
+    target = aten.where.self(keep, pos, aten.full_like.default(pos, size))
+    i = aten.arange.start_step(0, n, 1, dtype=torch.int64)
+    coords, stride = [], 1
+    for d in reversed(range(nd)):
+        c = aten.remainder.Scalar(aten.div.Tensor_mode(i, stride, rounding_mode="floor"),
+                                  x.shape[d])
+        coords.insert(0, aten.unsqueeze.default(c, 1))
+        stride *= x.shape[d]
+    buf = aten.full.default([size + 1, nd], fill_value, dtype=torch.int64)
+    if nd == 0 or n == 0:
+        return aten.slice.Tensor(buf, 0, 0, size)
+    buf = aten.index_put.default(buf, [target], aten.cat.default(coords, 1))
+    return aten.slice.Tensor(buf, 0, 0, size)
+
+
+def _trisolve(a, b, upper, unit=False):
+    """X with A X = B for triangular A [..., n, n] and B [..., n, k], by substitution (row by
+    row: the same sums as a triangular solve, in another order)."""
+    n = a.shape[-1]
+    rows = [None] * n
+    order = range(n - 1, -1, -1) if upper else range(n)
+    for i in order:
+        r = aten.slice.Tensor(b, -2, i, i + 1)
+        done = [j for j in (range(i + 1, n) if upper else range(i))]
+        if done:
+            coef = aten.slice.Tensor(aten.slice.Tensor(a, -2, i, i + 1), -1, done[0],
+                                     done[-1] + 1)
+            xs = aten.cat.default([rows[j] for j in done], -2)
+            r = aten.sub.Tensor(r, aten.matmul.default(coef, xs))
+        if not unit:
+            r = aten.div.Tensor(r, aten.slice.Tensor(aten.slice.Tensor(a, -2, i, i + 1), -1, i,
+                                                     i + 1))
+        rows[i] = r
+    return aten.cat.default(rows, -2) if n else aten.clone.default(b)
+
+
+def _mT(x):
+    return aten.transpose.int(x, -2, -1)
+
+
+def _broadcast_batch(a, b):
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return (aten.expand.default(a, list(batch) + list(a.shape[-2:])),
+            aten.expand.default(b, list(batch) + list(b.shape[-2:])))
+
+
+def _linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
+    if not left:  # X A = B  <=>  A^T X^T = B^T
+        return _mT(_linalg_solve_triangular(_mT(a), _mT(b), upper=not upper,
+                                            unitriangular=unitriangular))
+    a, b = _broadcast_batch(a, b)
+    return _trisolve(a, b, upper, unitriangular)
+
+
+def _triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
+    a2, b2 = _broadcast_batch(a, b)
+    x = _trisolve(_mT(a2) if transpose else a2, b2, upper != transpose, unitriangular)
+    return x, aten.clone.default(a2)
+
+
+def _cholesky_solve(b, l, upper=False):
+    # A = L L^T (or U^T U): L Y = B, then L^T X = Y
+    l, b = _broadcast_batch(l, b)
+    low = _mT(l) if upper else l
+    return _trisolve(_mT(low), _trisolve(low, b, False), True)
+
+
+def _cholesky_inverse(l, upper=False):
+    n = l.shape[-1]
+    eye = aten.expand.default(aten.eye.default(n, dtype=l.dtype), list(l.shape))
+    return _cholesky_solve(eye, l, upper)
+
+
 def table() -> Dict[torch._ops.OpOverload, Callable]:
     """The decompositions, by op overload."""
     return {
@@ -498,4 +581,9 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.frexp.Tensor: _frexp,
         aten.masked_scatter_backward.default: _masked_scatter_backward,
         aten.logcumsumexp.default: _logcumsumexp,
+        aten.nonzero_static.default: _nonzero_static,
+        aten.linalg_solve_triangular.default: _linalg_solve_triangular,
+        aten.triangular_solve.default: _triangular_solve,
+        aten.cholesky_solve.default: _cholesky_solve,
+        aten.cholesky_inverse.default: _cholesky_inverse,
     }

@@ -181,15 +181,53 @@ def test_scatters_and_logcumsumexp():
                                    aten.logcumsumexp.default(z, d))
 
 
+def test_nonzero_static_and_triangular_solves():
+    """nonzero_static exactly (fewer, as many and more rows than nonzeros, a fill value);
+    the triangular solves (upper/lower, left/right, unit diagonal, transposed) and the
+    Cholesky solve and inverse within assert_close's float32 tolerance of LAPACK's."""
+    t = extra_decomps.table()
+    x = torch.tensor([[0, 1.0, 0], [2, 0, 3.0]])
+    for size, fill in ((2, -1), (3, -1), (6, 7)):
+        assert torch.equal(t[aten.nonzero_static.default](x, size=size, fill_value=fill),
+                           aten.nonzero_static.default(x, size=size, fill_value=fill))
+    a = _x(2, 4, 4) + 4 * torch.eye(4)
+    b = _x(2, 4, 3, seed=1)
+    for up in (True, False):
+        tri = a.triu() if up else a.tril()
+        for left in (True, False):
+            for unit in (True, False):
+                bb = b if left else b.mT
+                torch.testing.assert_close(
+                    t[aten.linalg_solve_triangular.default](tri, bb, upper=up, left=left,
+                                                            unitriangular=unit),
+                    aten.linalg_solve_triangular.default(tri, bb, upper=up, left=left,
+                                                         unitriangular=unit))
+        for tr in (True, False):
+            got = t[aten.triangular_solve.default](b, tri, up, tr)
+            want = aten.triangular_solve.default(b, tri, up, tr)
+            torch.testing.assert_close(got[0], want[0])
+            torch.testing.assert_close(got[1], want[1])
+    low = torch.linalg.cholesky(a @ a.mT)
+    for up in (False, True):
+        f = low.mT if up else low
+        torch.testing.assert_close(t[aten.cholesky_solve.default](b, f, up),
+                                   aten.cholesky_solve.default(b, f, up))
+        torch.testing.assert_close(t[aten.cholesky_inverse.default](f, up),
+                                   aten.cholesky_inverse.default(f, up))
+
+
 def test_selections_and_bilinear_compile_whole():
     """kthvalue, median, nanmedian, bilinear, angle, diagonal_scatter, frexp,
-    as_strided_scatter and logcumsumexp compile whole in strict mode (they were unsupported
+    as_strided_scatter, logcumsumexp, nonzero_static and solve_triangular compile whole in strict mode (they were unsupported
     ops) and match eager (the indices where no ties)."""
     def f(x, a, b, w, d):
         return (torch.kthvalue(x, 2, 1), torch.median(x, 0), torch.nanmedian(x),
                 torch.nn.functional.bilinear(a, b, w), torch.angle(x),
                 torch.diagonal_scatter(x, d, 1), torch.frexp(x),
-                torch.as_strided_scatter(x, d[:2], [2], [3], 1), torch.logcumsumexp(a, 1))
+                torch.as_strided_scatter(x, d[:2], [2], [3], 1), torch.logcumsumexp(a, 1),
+                torch.nonzero_static(d, size=3),
+                torch.linalg.solve_triangular(w[0, :, :3].triu() + 4 * torch.eye(3), w[1],
+                                              upper=True))
 
     x = _x(4, 5, nan=True)
     args = (x, _x(2, 3, seed=1), _x(2, 4, seed=2), _x(5, 3, 4, seed=3), _x(4, seed=4))
