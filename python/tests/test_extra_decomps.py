@@ -218,8 +218,8 @@ def test_nonzero_static_and_triangular_solves():
 
 def test_selections_and_bilinear_compile_whole():
     """kthvalue, median, nanmedian, bilinear, angle, diagonal_scatter, frexp,
-    as_strided_scatter, logcumsumexp, nonzero_static and solve_triangular compile whole in strict mode (they were unsupported
-    ops) and match eager (the indices where no ties)."""
+    as_strided_scatter, logcumsumexp, nonzero_static and solve_triangular compile whole in
+    strict mode (they were unsupported ops) and match eager (the indices where no ties)."""
     def f(x, a, b, w, d):
         return (torch.kthvalue(x, 2, 1), torch.median(x, 0), torch.nanmedian(x),
                 torch.nn.functional.bilinear(a, b, w), torch.angle(x),
