@@ -25,7 +25,8 @@ count) and ``logcumsumexp`` (in float64 with the slice's maximum taken out: more
 than ATen's, within float32's tolerance of it), ``nonzero_static`` (each nonzero's row by a
 cumulative count), and the triangular solves ``linalg_solve_triangular``,
 ``triangular_solve``, ``cholesky_solve`` and ``cholesky_inverse`` by substitution row by row
-(the sums of a triangular solve in another order).
+(the sums of a triangular solve in another order), and ``segment_reduce`` by 1-D lengths or
+offsets (each element's segment by ``searchsorted``, then ``scatter_reduce``; forward only).
 """
 
 from __future__ import annotations
@@ -530,6 +531,62 @@ def _cholesky_inverse(l, upper=False):
     return _cholesky_solve(eye, l, upper)
 
 
+def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                    unsafe=False, initial=None):
+    # 1-D lengths or offsets: each element's segment by searchsorted of the segment ends, then
+    # a scatter_reduce from the initial value (ATen's: `initial`, or the reduction's
+    # identity), mean = (initial + sum) / length, an empty segment without initial NaN
+    if indices is not None or (lengths if lengths is not None else offsets) is None:
+        return NotImplemented
+    bounds = lengths if lengths is not None else offsets
+    if bounds.dim() != 1 or reduce not in ("max", "min", "sum", "prod", "mean"):
+        return NotImplemented
+    axis = axis % data.dim()
+    if lengths is not None:
+        ends = aten.cumsum.default(lengths, 0)
+        starts = aten.sub.Tensor(ends, lengths)
+        lens = lengths
+    else:
+        starts = aten.slice.Tensor(offsets, 0, 0, offsets.shape[0] - 1)
+        ends = aten.slice.Tensor(offsets, 0, 1, offsets.shape[0])
+        lens = aten.sub.Tensor(ends, starts)
+    nseg, n = ends.shape[0], data.shape[axis]
+    j = aten.arange.start_step(0, n, 1, dtype=ends.dtype)
+    seg = aten.searchsorted.Tensor(ends, j, right=True)
+    segc = aten.clamp.default(seg, 0, max(nseg - 1, 0))
+    valid = aten.logical_and.default(aten.lt.Scalar(seg, nseg), aten.ge.Tensor(
+        j, aten.index_select.default(starts, 0, segc)))
+    seg = aten.where.self(valid, seg, aten.full_like.default(seg, nseg))
+    ident = {"max": -math.inf, "min": math.inf, "sum": 0.0, "prod": 1.0, "mean": 0.0}[reduce]
+    init = ident if initial is None else initial
+    shape = list(data.shape)
+    shape[axis] = nseg + 1
+    out = aten.full.default(shape, init, dtype=data.dtype)
+    view = [1] * data.dim()
+    view[axis] = n
+    index = aten.expand.default(aten.view.default(seg, view), list(data.shape))
+    how = {"max": "amax", "min": "amin", "sum": "sum", "prod": "prod", "mean": "sum"}[reduce]
+    out = aten.scatter_reduce.two(out, axis, index, data, how, include_self=True)
+    if how in ("amax", "amin"):  # a NaN in a segment gives NaN (ATen's loop keeps it)
+        nan = aten.scatter_reduce.two(
+            aten.full.default(shape, 0.0, dtype=data.dtype), axis, index,
+            aten._to_copy.default(aten.isnan.default(data), dtype=data.dtype), "amax",
+            include_self=True)
+        out = aten.where.self(aten.gt.Scalar(nan, 0), aten.full_like.default(out, math.nan),
+                              out)
+    out = aten.slice.Tensor(out, axis, 0, nseg)
+    if reduce == "mean":
+        lv = [1] * data.dim()
+        lv[axis] = nseg
+        lf = aten.view.default(aten._to_copy.default(lens, dtype=data.dtype), lv)
+        pos = aten.gt.Scalar(lf, 0)
+        out = aten.where.self(pos, aten.div.Tensor(out, aten.where.self(
+            pos, lf, aten.full_like.default(lf, 1.0))), out)
+        if initial is None:
+            out = aten.where.self(pos, out, aten.full_like.default(out, math.nan))
+    return out
+
+
 def table() -> Dict[torch._ops.OpOverload, Callable]:
     """The decompositions, by op overload."""
     return {
@@ -586,4 +643,5 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.triangular_solve.default: _triangular_solve,
         aten.cholesky_solve.default: _cholesky_solve,
         aten.cholesky_inverse.default: _cholesky_inverse,
+        aten.segment_reduce.default: _segment_reduce,
     }

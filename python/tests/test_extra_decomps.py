@@ -216,6 +216,28 @@ def test_nonzero_static_and_triangular_solves():
                                    aten.cholesky_inverse.default(f, up))
 
 
+def test_segment_reduce():
+    """Every reduction, with and without an initial value, by lengths (an empty segment) and
+    by offsets, a NaN in a segment: as ATen's, and compiled whole in strict mode."""
+    op = aten.segment_reduce.default
+    t = extra_decomps.table()[op]
+    d = _x(7, 3)
+    d[2, 1] = math.nan
+    lengths, offsets = torch.tensor([2, 0, 3, 2]), torch.tensor([0, 2, 2, 5, 7])
+    for red in ("max", "min", "sum", "prod", "mean"):
+        for init in (None, 1.5):
+            for kw in ({"lengths": lengths}, {"offsets": offsets}):
+                torch.testing.assert_close(t(d, red, axis=0, initial=init, **kw),
+                                           op(d, red, axis=0, initial=init, **kw),
+                                           equal_nan=True)
+    torch._dynamo.reset()
+
+    def f(x, n):
+        return torch.segment_reduce(x, "mean", lengths=n, axis=0)
+    cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
+    torch.testing.assert_close(cf(d, lengths), f(d, lengths), equal_nan=True)
+
+
 def test_selections_and_bilinear_compile_whole():
     """kthvalue, median, nanmedian, bilinear, angle, diagonal_scatter, frexp,
     as_strided_scatter, logcumsumexp, nonzero_static and solve_triangular compile whole in
