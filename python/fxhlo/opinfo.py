@@ -630,12 +630,20 @@ def check_xfail(records: List[Dict[str, Any]], xfail: Optional[Dict] = None
                 ) -> Tuple[Dict[Tuple[str, str], List[str]], List[Tuple[str, str]]]:
     """(unexpected failures: (OpInfo, mode) -> statuses, unexpected passes: listed pairs of
     which every counted sample in ``records`` passes)."""
+    from . import opinfo_xfail
     if xfail is None:
-        from .opinfo_xfail import XFAIL as xfail
+        xfail = opinfo_xfail.XFAIL
+    where = getattr(opinfo_xfail, "XFAIL_SAMPLES", {})
     fails = failing(records)
-    counted = {(r["op"], r["mode"]) for r in records if r["status"] in COUNTED}
+    ran = collections.defaultdict(set)
+    for r in records:
+        if r["status"] in COUNTED:
+            ran[(r["op"], r["mode"])].add(r["sample"])
     unexpected = {k: v for k, v in fails.items() if k not in xfail}
-    passes = sorted(k for k in xfail if k in counted and k not in fails)
+    # a listed pair passes unexpectedly when the samples it failed on ran and passed (a run
+    # of fewer samples, as CI's, may not include them)
+    passes = sorted(k for k in xfail if k in ran and k not in fails
+                    and (k not in where or set(where[k]) & ran[k]))
     return unexpected, passes
 
 
@@ -674,9 +682,11 @@ def xfail_source(records: List[Dict[str, Any]]) -> str:
     head = open(os.path.join(os.path.dirname(__file__), "opinfo_xfail.py")).read()
     head = head[:head.index("XFAIL: Dict")]
     reasons: Dict[Tuple[str, str], str] = {}
+    samples: Dict[Tuple[str, str], List[int]] = collections.defaultdict(list)
     for r in records:
         if r["status"] in COUNTED and r["status"] != "pass":
             key = (r["op"], r["mode"])
+            samples[key].append(r["sample"])
             if key not in reasons:
                 if r["status"] == "unsupported":
                     why = "unsupported: " + ", ".join(r.get("unsupported", []))
@@ -687,6 +697,10 @@ def xfail_source(records: List[Dict[str, Any]]) -> str:
     lines = [head + "XFAIL: Dict[Tuple[str, str], str] = {"]
     for (op, m) in sorted(reasons, key=lambda k: (k[0], order[k[1]])):
         lines.append(f"    ({op!r}, {m!r}):\n        {reasons[(op, m)]!r},")
+    lines += ["}", "", "# the samples (indices) each pair failed on in the run that made the list",
+              "XFAIL_SAMPLES: Dict[Tuple[str, str], Tuple[int, ...]] = {"]
+    for (op, m) in sorted(reasons, key=lambda k: (k[0], order[k[1]])):
+        lines.append(f"    ({op!r}, {m!r}): {tuple(sorted(samples[(op, m)]))!r},")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
