@@ -901,8 +901,9 @@ def main(argv=None) -> int:
         with open(a.table, "w") as f:
             f.write(table(records, meta))
     if a.write_xfail:
+        src = xfail_source(records)
         with open(os.path.join(os.path.dirname(__file__), "opinfo_xfail.py"), "w") as f:
-            f.write(xfail_source(records))
+            f.write(src)
     if a.check_xfail:
         unexpected, passes = check_xfail(records)
         for (op, m), sts in sorted(unexpected.items()):
