@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.fx
+import torch.utils._python_dispatch
 
 from . import _native
 from .dump import _op_name
@@ -227,12 +228,32 @@ def _traces(fn: Callable, node: torch.fx.Node) -> bool:
     if mode is None:
         return False
     try:
-        with mode, torch.no_grad():
+        with mode, torch.no_grad(), _Mutations() as mutations:
             fn(*args, **kwargs)
-        return True
     except Exception as e:  # noqa: BLE001 - not traceable: the op stays whole
         log.debug("fxhlo: %s cannot be inlined: %s: %s", node.target, type(e).__name__, e)
         return False
+    if mutations.ops:
+        # aot_autograd applies decompositions below its functionalization: the in-place ops
+        # of an inlined implementation would reach the graph, which must be functional
+        # (torch.nn.functional.linear_cross_entropy's chunked loop updates its sums in place)
+        log.debug("fxhlo: %s cannot be inlined: it mutates (%s)", node.target,
+                  ", ".join(sorted(mutations.ops)))
+        return False
+    return True
+
+
+class _Mutations(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the mutating ops (in-place, ``out=``) that run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: set = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.is_mutable:
+            self.ops.add(str(func))
+        return func(*args, **(kwargs or {}))
 
 
 def custom_op_decompositions(gm: torch.fx.GraphModule) -> Dict[Callable, Callable]:

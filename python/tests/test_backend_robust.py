@@ -667,3 +667,35 @@ def test_custom_op_with_a_traceable_implementation_is_inlined():
     x.grad = None
     f(x).sum().backward()
     torch.testing.assert_close(g, x.grad, rtol=RTOL, atol=ATOL)
+
+
+@torch.library.custom_op("fxhlo_robust::running_sum", mutates_args=())
+def _running_sum(x: torch.Tensor) -> torch.Tensor:
+    acc = torch.zeros_like(x[0])
+    for row in x:  # updates its own temporary in place, as a chunked loop does
+        acc.add_(row)
+    return acc
+
+
+@_running_sum.register_fake
+def _(x):
+    return torch.empty_like(x[0])
+
+
+def test_custom_op_whose_implementation_mutates_is_not_inlined():
+    """A custom op whose implementation updates a temporary in place is not inlined:
+    aot_autograd applies decompositions below functionalization, so its ``add_`` reached the
+    graph and aot_autograd asserted (an AssertionError under strict, the whole graph in eager
+    otherwise; the OpInfo nn.functional.linear_cross_entropy.chunked).  Now only the op runs
+    in eager, with one warning; strict names it as an op fxhlo lacks."""
+    def f(x):
+        return torch.ops.fxhlo_robust.running_sum(x.sin()) * 2
+
+    x = torch.randn(3, 4)
+    with Warned() as w:
+        got = _compile(f)(x)
+    _close(got, f(x))
+    assert any("fxhlo_robust.running_sum" in m for m in w.eager), w.eager
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="not supported by fxhlo yet.*running_sum"):
+        _compile(f, strict=True)(x)

@@ -50,6 +50,22 @@ CASES = [
     (aten.bucketize.Tensor, (_x(3, 4), torch.tensor([-1.0, 0.0, 0.5, 2.0])),
      {"right": True, "out_int32": True}),
 ]
+CASES += [
+    (aten._trilinear.default, (_x(2, 3), _x(4, 3, 5, seed=1), _x(2, 5, seed=2), [1, 3], [0],
+                               [1, 2], [2, 3]), {}),
+    (aten.angle.default, (_x(3, 4, nan=True),), {}),
+    (aten.kthvalue.default, (_x(3, 6), 2, 1), {}),
+    (aten.kthvalue.default, (_x(3, 6, nan=True), 3, 0, True), {}),
+    (aten.median.default, (_x(3, 6),), {}),
+    (aten.median.default, (_x(3, 6, nan=True),), {}),
+    (aten.median.dim, (_x(4, 5, nan=True), 1), {}),
+    (aten.median.dim, (_x(3, 6), 0, True), {}),
+    (aten.nanmedian.default, (_x(4, 5, nan=True),), {}),
+    (aten.nanmedian.dim, (_x(4, 5, nan=True), 1), {}),
+    (aten.nanmedian.dim, (torch.full((3, 2), math.nan), 0, True), {}),
+    (aten.diagonal_scatter.default, (_x(4, 5), _x(4, seed=1), 1), {}),
+    (aten.diagonal_scatter.default, (_x(2, 4, 5), _x(4, 1, seed=1), -1, 0, 2), {}),
+]
 for r in ("prod", "mean", "amax", "amin"):
     for inc in (True, False):
         CASES.append((aten.index_reduce.default, (_x(4, 3), 0, torch.tensor([0, 2, 0, 3, 0]),
@@ -100,6 +116,150 @@ def test_compiled_through_the_backend(tmp_path):
     cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
     for g, w in zip(cf(x, y, idx, edges), f(x, y, idx, edges)):
         torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 7, 9), (3, 4)), ((1, 5, 6), (4, 5)),
+                                        ((2, 3, 8, 8), (4, 4))])
+def test_adaptive_max_pool2d(shape, size):
+    """Windows of uneven sizes (torch's decomposition gives up on them): the values, the flat
+    indices of the first maximum (NaN counts as the maximum) and the backward, exactly as
+    ATen's; compiled whole in strict mode with its gradient."""
+    t = extra_decomps.table()
+    x = _x(*shape, nan=True)
+    want = aten.adaptive_max_pool2d.default(x, size)
+    got = t[aten.adaptive_max_pool2d.default](x, size)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got[1], want[1])
+    go = _x(*want[0].shape, seed=3)
+    torch.testing.assert_close(
+        t[aten.adaptive_max_pool2d_backward.default](go, x, want[1]),
+        aten.adaptive_max_pool2d_backward.default(go, x, want[1]), rtol=0, atol=0)
+    xs = _x(*shape).requires_grad_(True)
+    torch._dynamo.reset()
+    f = torch.nn.functional.adaptive_max_pool2d
+    cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
+    out = cf(xs, size)
+    (gx,) = torch.autograd.grad(out, xs, go)
+    xe = xs.detach().clone().requires_grad_(True)
+    oute = f(xe, size)
+    (gxe,) = torch.autograd.grad(oute, xe, go)
+    torch.testing.assert_close(out, oute)
+    torch.testing.assert_close(gx, gxe)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_frexp_is_exact(dtype):
+    """Mantissa and exponent bit for bit, at powers of two, the largest float, subnormals,
+    signed zeros, infinities and NaN."""
+    x = _x(4, 5) * 10
+    x.view(-1)[:10] = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-42, 1.0, 0.5,
+                                    3.4e38, -2.0 ** -126])
+    x = x.to(dtype)
+    want = aten.frexp.Tensor(x)
+    got = extra_decomps.table()[aten.frexp.Tensor](x)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got[1], want[1])
+
+
+def test_scatters_and_logcumsumexp():
+    """as_strided_scatter and masked_scatter_backward exactly; logcumsumexp (computed in
+    float64) within assert_close's float32 tolerance, with -inf entries and an all -inf row."""
+    t = extra_decomps.table()
+    y, src = _x(3, 4), _x(2, 2, seed=1)
+    torch.testing.assert_close(
+        t[aten.as_strided_scatter.default](y, src, [2, 2], [1, 4], 1),
+        aten.as_strided_scatter.default(y, src, [2, 2], [1, 4], 1), rtol=0, atol=0)
+    g, mask = _x(3, 4, seed=2), _x(3, 4, seed=3) > 0
+    torch.testing.assert_close(t[aten.masked_scatter_backward.default](g, mask, [4, 5]),
+                               aten.masked_scatter_backward.default(g, mask, [4, 5]),
+                               rtol=0, atol=0)
+    z = _x(3, 6, seed=4) * 5
+    z[0, 2] = -math.inf
+    z[1] = -math.inf
+    for d in (0, 1):
+        torch.testing.assert_close(t[aten.logcumsumexp.default](z, d),
+                                   aten.logcumsumexp.default(z, d))
+
+
+def test_nonzero_static_and_triangular_solves():
+    """nonzero_static exactly (fewer, as many and more rows than nonzeros, a fill value);
+    the triangular solves (upper/lower, left/right, unit diagonal, transposed) and the
+    Cholesky solve and inverse within assert_close's float32 tolerance of LAPACK's."""
+    t = extra_decomps.table()
+    x = torch.tensor([[0, 1.0, 0], [2, 0, 3.0]])
+    for size, fill in ((2, -1), (3, -1), (6, 7)):
+        assert torch.equal(t[aten.nonzero_static.default](x, size=size, fill_value=fill),
+                           aten.nonzero_static.default(x, size=size, fill_value=fill))
+    a = _x(2, 4, 4) + 4 * torch.eye(4)
+    b = _x(2, 4, 3, seed=1)
+    for up in (True, False):
+        tri = a.triu() if up else a.tril()
+        for left in (True, False):
+            for unit in (True, False):
+                bb = b if left else b.mT
+                torch.testing.assert_close(
+                    t[aten.linalg_solve_triangular.default](tri, bb, upper=up, left=left,
+                                                            unitriangular=unit),
+                    aten.linalg_solve_triangular.default(tri, bb, upper=up, left=left,
+                                                         unitriangular=unit))
+        for tr in (True, False):
+            got = t[aten.triangular_solve.default](b, tri, up, tr)
+            want = aten.triangular_solve.default(b, tri, up, tr)
+            torch.testing.assert_close(got[0], want[0])
+            torch.testing.assert_close(got[1], want[1])
+    low = torch.linalg.cholesky(a @ a.mT)
+    for up in (False, True):
+        f = low.mT if up else low
+        torch.testing.assert_close(t[aten.cholesky_solve.default](b, f, up),
+                                   aten.cholesky_solve.default(b, f, up))
+        torch.testing.assert_close(t[aten.cholesky_inverse.default](f, up),
+                                   aten.cholesky_inverse.default(f, up))
+
+
+def test_segment_reduce():
+    """Every reduction, with and without an initial value, by lengths (an empty segment) and
+    by offsets, a NaN in a segment: as ATen's, and compiled whole in strict mode."""
+    op = aten.segment_reduce.default
+    t = extra_decomps.table()[op]
+    d = _x(7, 3)
+    d[2, 1] = math.nan
+    lengths, offsets = torch.tensor([2, 0, 3, 2]), torch.tensor([0, 2, 2, 5, 7])
+    for red in ("max", "min", "sum", "prod", "mean"):
+        for init in (None, 1.5):
+            for kw in ({"lengths": lengths}, {"offsets": offsets}):
+                torch.testing.assert_close(t(d, red, axis=0, initial=init, **kw),
+                                           op(d, red, axis=0, initial=init, **kw),
+                                           equal_nan=True)
+    torch._dynamo.reset()
+
+    def f(x, n):
+        return torch.segment_reduce(x, "mean", lengths=n, axis=0)
+    cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
+    torch.testing.assert_close(cf(d, lengths), f(d, lengths), equal_nan=True)
+
+
+def test_selections_and_bilinear_compile_whole():
+    """kthvalue, median, nanmedian, bilinear, angle, diagonal_scatter, frexp,
+    as_strided_scatter, logcumsumexp, nonzero_static and solve_triangular compile whole in
+    strict mode (they were unsupported ops) and match eager (the indices where no ties)."""
+    def f(x, a, b, w, d):
+        return (torch.kthvalue(x, 2, 1), torch.median(x, 0), torch.nanmedian(x),
+                torch.nn.functional.bilinear(a, b, w), torch.angle(x),
+                torch.diagonal_scatter(x, d, 1), torch.frexp(x),
+                torch.as_strided_scatter(x, d[:2], [2], [3], 1), torch.logcumsumexp(a, 1),
+                torch.nonzero_static(d, size=3),
+                torch.linalg.solve_triangular(w[0, :, :3].triu() + 4 * torch.eye(3), w[1],
+                                              upper=True))
+
+    x = _x(4, 5, nan=True)
+    args = (x, _x(2, 3, seed=1), _x(2, 4, seed=2), _x(5, 3, 4, seed=3), _x(4, seed=4))
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
+    leaves = torch.utils._pytree.tree_leaves
+    got, want = leaves(cf(*args)), leaves(f(*args))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, equal_nan=True)
 
 
 def test_random_distributions():

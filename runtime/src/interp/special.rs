@@ -438,15 +438,16 @@ pub(crate) enum Poly {
     LegendreP,
 }
 
-/// A polynomial of degree `n` (truncated to an integer; 0 for negative or non-finite degrees)
-/// at `x`, by its three-term recurrence, with PyTorch's closed forms at `x = ±1` and its
+/// A polynomial of degree `n` (truncated to an integer, then 0 for negative or non-finite
+/// degrees: ATen casts the degree to int64 before its `n < 0` test, so a degree in (-1, 0)
+/// is 0) at `x`, by its three-term recurrence, with PyTorch's closed forms at `x = ±1` and its
 /// trigonometric forms for high Chebyshev degrees inside (-1, 1); Hermite degrees past 512
 /// give NaN, as PyTorch's f64 kernel.
 pub(crate) fn polynomial(kind: Poly, x: f64, n: f64) -> f64 {
+    let n = n.trunc();
     if !n.is_finite() || n < 0.0 {
         return 0.0;
     }
-    let n = n.trunc();
     let ni = n as i64;
     let (one, even) = (x.abs() == 1.0, ni % 2 == 0);
     let t = x.acos();
@@ -594,6 +595,15 @@ mod tests {
         assert!(near(polynomial(Poly::LaguerreL, 3.0, 2.0), -0.5, 1e-14));
         assert!(near(polynomial(Poly::LegendreP, 0.5, 2.0), -0.125, 1e-14));
         assert_eq!(polynomial(Poly::ChebyshevT, 0.3, -1.0), 0.0);
+        // a degree in (-1, 0) truncates to 0 (PyTorch's static_cast<int64_t>), p_0 = 1
+        for kind in [
+            Poly::ChebyshevT,
+            Poly::HermiteH,
+            Poly::LaguerreL,
+            Poly::LegendreP,
+        ] {
+            assert_eq!(polynomial(kind, -8.4784, -0.5735), 1.0);
+        }
         assert!(near(igamma(2.0, 1.0, false), 1.0 - 2.0 / 1f64.exp(), 1e-14));
     }
 }
