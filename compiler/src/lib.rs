@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod opsdoc;
+pub mod picture;
 
 use fxhlo_ir::read::safetensors_io::read_safetensors;
 use fxhlo_ir::{HostTensor, Model, Weights};

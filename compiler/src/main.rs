@@ -6,8 +6,8 @@ use fxhlo::{
     Tolerance,
 };
 use fxhlo_ir::read::safetensors_io::{read_safetensors, write_safetensors};
-use std::path::{Path, PathBuf};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Writes to standard output through its lock; a failed write (a closed pipe, a full disk)
@@ -67,7 +67,10 @@ fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), DriverError> {
 
 /// Flushes standard output (buffered by line): the last write's error, if any.
 fn flush_stdout() -> Result<(), DriverError> {
-    std::io::stdout().lock().flush().map_err(DriverError::Stdout)
+    std::io::stdout()
+        .lock()
+        .flush()
+        .map_err(DriverError::Stdout)
 }
 
 /// fxhlo: a compiler from PyTorch FX graphs of core ATen ops to StableHLO and fast CPU kernels.
@@ -142,6 +145,18 @@ enum Cmd {
         /// Print only the histogram.
         #[arg(long)]
         histogram_only: bool,
+        /// Write a picture of the graph as Graphviz DOT here (kernels as clusters with
+        /// `--fusion`; docs/pictures.md).
+        #[arg(long)]
+        dot: Option<PathBuf>,
+        /// Write a picture of the graph as SVG here (drawn without Graphviz; kernels as fill
+        /// colours with `--fusion`).
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// Draw the graph after the -O2 pipeline with its fusion kernels and the steps that run
+        /// on the reference interpreter (compiles the model).
+        #[arg(long)]
+        fusion: bool,
     },
     /// Run a model (compiled in memory) or a compiled artifact (.fxa) with the fast runtime.
     Run {
@@ -282,6 +297,37 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Writes the pictures of `inspect --dot/--svg` (`fxhlo::picture`).
+fn draw(
+    m: &fxhlo_ir::Model,
+    fusion: bool,
+    dot: Option<&Path>,
+    svg: Option<&Path>,
+) -> Result<(), DriverError> {
+    use fxhlo::picture::{self, Overlay};
+    let compiled;
+    let (g, overlay) = if fusion {
+        compiled = fxhlo::compile_with(m, &fxhlo::CompileOptions::default(), &mut |_, _| {})?;
+        let fallbacks = compiled.report.fallbacks.iter().cloned().collect();
+        (
+            &compiled.graph,
+            Overlay {
+                plan: Some(&compiled.plan),
+                fallbacks,
+            },
+        )
+    } else {
+        (&m.graph, Overlay::default())
+    };
+    if let Some(p) = dot {
+        write_text(p, &picture::dot(g, &overlay, true))?;
+    }
+    if let Some(p) = svg {
+        write_text(p, &picture::svg(g, &overlay).map_err(DriverError::Other)?)?;
+    }
+    Ok(())
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), DriverError> {
@@ -517,8 +563,14 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
         Cmd::Inspect {
             model,
             histogram_only,
+            dot,
+            svg,
+            fusion,
         } => {
             let m = load_model(&model)?;
+            if dot.is_some() || svg.is_some() {
+                draw(&m, fusion, dot.as_deref(), svg.as_deref())?;
+            }
             if !histogram_only {
                 out!("{}", fxhlo_ir::text::print_graph(&m.graph));
             }
@@ -613,7 +665,10 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             let mut ok = true;
             outln!(
                 "{:<10} {:>12} {:>12} {:>10}  status",
-                "output", "max_abs", "max_rel", "bad"
+                "output",
+                "max_abs",
+                "max_rel",
+                "bad"
             );
             for c in &results {
                 ok &= c.ok();
