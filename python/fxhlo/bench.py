@@ -1213,6 +1213,8 @@ def parse_args(argv):
                         "worker); default 900")
     p.add_argument("--out", help="also write the markdown report to this file")
     p.add_argument("--json", help="write the raw numbers to this file")
+    p.add_argument("--png", help="draw the ratios peer ms / fxhlo ms per workload here "
+                                 "(default: beside --out, as its name with .png)")
     p.add_argument("--keep-dumps", metavar="DIR",
                    help="write the dumped workload folders under DIR and keep them")
     p.add_argument("--inductor-freezing", action="store_true",
@@ -1321,7 +1323,37 @@ def main(argv=None) -> int:
         Path(args.out).write_text(text)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    png = args.png or (str(Path(args.out).with_suffix(".png")) if args.out else None)
+    if png:
+        try:
+            ratio_chart(result["workloads"], png)
+        except ImportError as e:  # matplotlib is a test dependency, not the package's
+            log(f"no chart: {e}")
     return 0
+
+
+def ratio_chart(records: List[Dict[str, Any]], path: str) -> None:
+    """A PNG of each peer's median over fxhlo's per workload (log scale; > 1: fxhlo faster),
+    from the records' ``derived`` ratios; a peer that failed on a workload has no bar."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    peers = ("eager", "inductor", "xla")
+    keys = [r["key"] for r in records]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(keys) + 2), 4))
+    w = 0.8 / len(peers)
+    for k, peer in enumerate(peers):
+        ys = [r.get("derived", {}).get(f"{peer}/fxhlo") for r in records]
+        ax.bar([i + k * w for i in range(len(keys))],
+               [y if y is not None else float("nan") for y in ys], w, label=peer)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks([i + w for i in range(len(keys))], keys)
+    ax.set_ylabel("peer ms / fxhlo ms (> 1: fxhlo faster)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,14 @@ def test_table_from_records():
     assert any(l.startswith("- faster than Inductor") and "met: a" in l for l in t)
 
 
+def test_ratio_chart(tmp_path):
+    recs = [{"key": "a", "derived": {"eager/fxhlo": 2.0, "inductor/fxhlo": 0.5,
+                                     "xla/fxhlo": None}},
+            {"key": "b", "derived": {"eager/fxhlo": 1.0}}]
+    bench.ratio_chart(recs, str(tmp_path / "r.png"))
+    assert (tmp_path / "r.png").stat().st_size > 1000
+
+
 def test_in_cache_ceiling_is_reported_against_the_copy_peak():
     """An in-cache run's rate, times the threads, is the ceiling a bandwidth workload's
     row of the targets and the notes give as a share of the copy peak."""
@@ -198,6 +206,8 @@ def test_quick_one_workload_all_peers(tmp_path):
     assert {"torch", "numpy", "fxhlo"} <= set(js["versions"])
     for line in ("- machine peaks", "- threads: 1", "- versions:", "- command:"):
         assert line in md
+    # the chart of the ratios, beside the markdown
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fx = js["workloads"][0]["peers"]["fxhlo"]
     if "error" not in fx:
         # the in-cache run of the same model, 16 rows in --quick
