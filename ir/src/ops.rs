@@ -389,7 +389,7 @@ pub static MISSING: &[(&str, &str)] = &[
     ("aten._conj_physical.default", COMPLEX),
     ("aten.complex.default", COMPLEX),
     ("aten.polar.default", COMPLEX),
-    ("aten.angle.default", COMPLEX),
+    ("aten.angle.default", COMPLEX_REAL_DECOMPOSED),
     ("aten.view_as_complex.default", COMPLEX),
     ("aten.view_as_real.default", COMPLEX),
     ("aten._linalg_svd.default", LINALG),
@@ -407,10 +407,10 @@ pub static MISSING: &[(&str, &str)] = &[
     ("aten._linalg_slogdet.default", LINALG),
     ("aten.linalg_ldl_factor_ex.default", LINALG),
     ("aten.linalg_ldl_solve.default", LINALG),
-    ("aten.linalg_solve_triangular.default", LINALG),
-    ("aten.triangular_solve.default", LINALG),
-    ("aten.cholesky_solve.default", LINALG),
-    ("aten.cholesky_inverse.default", LINALG),
+    ("aten.linalg_solve_triangular.default", LINALG_DECOMPOSED),
+    ("aten.triangular_solve.default", LINALG_DECOMPOSED),
+    ("aten.cholesky_solve.default", LINALG_DECOMPOSED),
+    ("aten.cholesky_inverse.default", LINALG_DECOMPOSED),
     ("aten.linalg_householder_product.default", LINALG),
     ("aten.geqrf.default", LINALG),
     ("aten.ormqr.default", LINALG),
@@ -418,25 +418,25 @@ pub static MISSING: &[(&str, &str)] = &[
     ("aten.linalg_matrix_exp.default", LINALG),
     ("aten.linalg_polar.default", LINALG),
     ("aten.linalg_matrix_sqrth.default", LINALG),
-    ("aten.nonzero_static.default", NOT_YET),
-    ("aten.segment_reduce.default", NOT_YET),
-    ("aten.adaptive_max_pool2d.default", NOT_YET),
+    ("aten.nonzero_static.default", DECOMPOSED),
+    ("aten.segment_reduce.default", DECOMPOSED),
+    ("aten.adaptive_max_pool2d.default", DECOMPOSED),
     ("aten.fractional_max_pool2d.default", RANDOM),
     ("aten.fractional_max_pool3d.default", RANDOM),
     ("aten.grid_sampler_3d.default", NOT_YET),
     ("aten._upsample_bilinear2d_aa.default", NOT_YET),
     ("aten._embedding_bag_forward_only.default", NOT_YET),
-    ("aten._trilinear.default", NOT_YET),
-    ("aten.median.dim", NOT_YET),
-    ("aten.median.default", NOT_YET),
-    ("aten.nanmedian.dim", NOT_YET),
-    ("aten.nanmedian.default", NOT_YET),
-    ("aten.kthvalue.default", NOT_YET),
+    ("aten._trilinear.default", DECOMPOSED),
+    ("aten.median.dim", DECOMPOSED),
+    ("aten.median.default", DECOMPOSED),
+    ("aten.nanmedian.dim", DECOMPOSED),
+    ("aten.nanmedian.default", DECOMPOSED),
+    ("aten.kthvalue.default", DECOMPOSED),
     ("aten.mode.default", NOT_YET),
-    ("aten.logcumsumexp.default", NOT_YET),
-    ("aten.frexp.Tensor", NOT_YET),
-    ("aten.diagonal_scatter.default", NOT_YET),
-    ("aten.as_strided_scatter.default", NOT_YET),
+    ("aten.logcumsumexp.default", DECOMPOSED),
+    ("aten.frexp.Tensor", DECOMPOSED),
+    ("aten.diagonal_scatter.default", DECOMPOSED),
+    ("aten.as_strided_scatter.default", DECOMPOSED),
     ("aten.histogram.bin_ct", NOT_YET),
     ("aten._histogramdd_bin_edges.default", NOT_YET),
     ("aten._histogramdd_from_bin_cts.default", NOT_YET),
@@ -458,6 +458,12 @@ const COMPLEX: &str = "complex values: the IR has no complex dtype yet";
 const LINALG: &str = "matrix decomposition or solve: not implemented (StableHLO has only \
      cholesky and triangular_solve; XLA lowers the others to LAPACK custom calls)";
 const NOT_YET: &str = "not implemented yet";
+const DECOMPOSED: &str = "not in the table (the torch.compile backend decomposes it into table \
+     ops, see fxhlo/extra_decomps.py)";
+const LINALG_DECOMPOSED: &str = "triangular solve: not in the table (the torch.compile backend \
+     substitutes row by row, see fxhlo/extra_decomps.py)";
+const COMPLEX_REAL_DECOMPOSED: &str = "complex values: the IR has no complex dtype yet (of a \
+     real tensor, the torch.compile backend decomposes it, see fxhlo/extra_decomps.py)";
 const RANDOM: &str = "random sampling beyond rand, randn, randperm and dropout: not in the \
      table (the torch.compile backend turns most into rand/randn, see fxhlo/extra_decomps.py)";
 

@@ -26,7 +26,8 @@ than ATen's, within float32's tolerance of it), ``nonzero_static`` (each nonzero
 cumulative count), and the triangular solves ``linalg_solve_triangular``,
 ``triangular_solve``, ``cholesky_solve`` and ``cholesky_inverse`` by substitution row by row
 (the sums of a triangular solve in another order), and ``segment_reduce`` by 1-D lengths or
-offsets (each element's segment by ``searchsorted``, then ``scatter_reduce``; forward only).
+offsets (each element's segment by ``searchsorted``, then ``scatter_reduce``; forward only),
+and ``prims.convert_element_type`` (from torch's references) as ``_to_copy``.
 """
 
 from __future__ import annotations
@@ -587,6 +588,12 @@ def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, a
     return out
 
 
+def _convert_element_type(x, dtype):
+    # what torch's references emit for a dtype conversion (linalg.vector_norm in a wider
+    # accumulation type, e.g. renorm of bf16): the same conversion as ATen's _to_copy
+    return aten._to_copy.default(x, dtype=dtype)
+
+
 def table() -> Dict[torch._ops.OpOverload, Callable]:
     """The decompositions, by op overload."""
     return {
@@ -644,4 +651,5 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.cholesky_solve.default: _cholesky_solve,
         aten.cholesky_inverse.default: _cholesky_inverse,
         aten.segment_reduce.default: _segment_reduce,
+        torch.ops.prims.convert_element_type.default: _convert_element_type,
     }

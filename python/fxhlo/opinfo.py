@@ -815,6 +815,11 @@ def main(argv=None) -> int:
     p.add_argument("--always-aot-eager", action="store_true",
                    help="run aot_eager on every sample first (by default only on the samples "
                         "fxhlo does not pass)")
+    p.add_argument("--from-json", metavar="JSON",
+                   help="run nothing: the report (--table, --write-xfail, --check-xfail) of "
+                        "an earlier run's records")
+    p.add_argument("--note", action="append", default=[],
+                   help="a line for the report's end (kept in the JSON's meta)")
     p.add_argument("--resume", action="store_true",
                    help="keep the records of JSON.partial (an interrupted run with the same "
                         "--json) and run only the other tasks")
@@ -843,6 +848,15 @@ def main(argv=None) -> int:
         if unknown:
             p.error(f"unknown OpInfo(s): {', '.join(unknown)}")
         names = [n for n in names if n in want or n.split(".")[0] in want]
+    if a.from_json:
+        with open(a.from_json) as f:
+            data = json.load(f)
+        meta, records = data["meta"], data["records"]
+        meta["notes"] = meta.get("notes", []) + a.note
+        if a.note:
+            with open(a.from_json, "w") as f:
+                json.dump({"meta": meta, "records": records}, f, indent=1)
+        return _report(a, meta, records)
     t0 = time.time()
     if a.ci:
         a.samples = 1
@@ -885,6 +899,15 @@ def main(argv=None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if a.update:
         meta = meta_old
+    meta["notes"] = meta.get("notes", []) + a.note
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"meta": meta, "records": records}, f, indent=1)
+    print(f"({secs:.0f} s)")
+    return _report(a, meta, records)
+
+
+def _report(a, meta: Dict[str, Any], records: List[Dict[str, Any]]) -> int:
     modes = [m for m in MODES if any(r["mode"] == m for r in records)]
     for m in modes:
         s = summary(records, m)
@@ -893,10 +916,6 @@ def main(argv=None) -> int:
               f"{s['crash']}, compile error {s['compile_error']}, unsupported "
               f"{s['unsupported']} ({len(s['unsupported_ops'])} ops), not counted "
               f"{s['not_counted']}")
-    print(f"({secs:.0f} s)")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "records": records}, f, indent=1)
     if a.table:
         with open(a.table, "w") as f:
             f.write(table(records, meta))

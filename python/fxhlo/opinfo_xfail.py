@@ -346,8 +346,6 @@ XFAIL: Dict[Tuple[str, str], str] = {
         'unsupported: aten.polar.default',
     ('polar', 'fwdbwd-f32'):
         'unsupported: aten.alias.default (torch.complex64), aten.polar.default',
-    ('renorm', 'fwd-bf16'):
-        'unsupported: prims.convert_element_type.default',
     ('special.airy_ai', 'fwd-f32'):
         'unsupported: aten.special_airy_ai.default',
     ('stft', 'fwd-f32'):
@@ -552,7 +550,6 @@ XFAIL_SAMPLES: Dict[Tuple[str, str], Tuple[int, ...]] = {
     ('pinverse', 'fwdbwd-f32'): (0,),
     ('polar', 'fwd-f32'): (0, 1, 2),
     ('polar', 'fwdbwd-f32'): (0,),
-    ('renorm', 'fwd-bf16'): (0,),
     ('special.airy_ai', 'fwd-f32'): (0, 1, 2),
     ('stft', 'fwd-f32'): (0, 1, 2),
     ('stft', 'fwdbwd-f32'): (0,),

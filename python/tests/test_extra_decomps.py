@@ -284,3 +284,15 @@ def test_random_distributions():
     assert r.dtype == torch.int64 and r.min() == -3 and r.max() == 3
     r = t[aten.randint_like.default](torch.zeros(64, 64, dtype=torch.int32), 5)
     assert r.dtype == torch.int32 and set(r.unique().tolist()) == {0, 1, 2, 3, 4}
+
+
+def test_renorm_in_bf16_compiles_whole():
+    """torch's reference of renorm takes the norm of bf16 in float32 through
+    prims.convert_element_type, which fxhlo lacked (the bf16 OpInfo sample was refused)."""
+    x = _x(3, 4, 5).to(torch.bfloat16)
+
+    def f(x):
+        return torch.renorm(x, 2, 1, 0.5)
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="fxhlo", options={"strict": True, "cache": False})
+    torch.testing.assert_close(cf(x), f(x))
