@@ -145,7 +145,10 @@ fn outputs_are_written_exclusively_and_renamed() {
             );
         }
         let got = std::fs::read(&out).unwrap();
-        assert!(want.contains(&got), "round {round}: the output is not one whole artifact");
+        assert!(
+            want.contains(&got),
+            "round {round}: the output is not one whole artifact"
+        );
     }
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     let stray: Vec<String> = std::fs::read_dir(&dir)

@@ -6,8 +6,8 @@ use fxhlo::{
     Tolerance,
 };
 use fxhlo_ir::read::safetensors_io::{read_safetensors, write_safetensors};
-use std::path::{Path, PathBuf};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Writes to standard output through its lock; a failed write (a closed pipe, a full disk)
@@ -67,7 +67,10 @@ fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), DriverError> {
 
 /// Flushes standard output (buffered by line): the last write's error, if any.
 fn flush_stdout() -> Result<(), DriverError> {
-    std::io::stdout().lock().flush().map_err(DriverError::Stdout)
+    std::io::stdout()
+        .lock()
+        .flush()
+        .map_err(DriverError::Stdout)
 }
 
 /// fxhlo: a compiler from PyTorch FX graphs of core ATen ops to StableHLO and fast CPU kernels.
@@ -619,7 +622,10 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             let mut ok = true;
             outln!(
                 "{:<10} {:>12} {:>12} {:>10}  status",
-                "output", "max_abs", "max_rel", "bad"
+                "output",
+                "max_abs",
+                "max_rel",
+                "bad"
             );
             for c in &results {
                 ok &= c.ok();
@@ -732,6 +738,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             pipeline,
         } => {
             let mut m = load_model(&model)?;
+            fxhlo::remove_dead_nodes(&mut m.graph)?;
             let pm = fxhlo::pass_manager(&pipeline.options(0))?;
             let mut cx = fxhlo_passes::Cx::default();
             pm.run(&mut m.graph, &mut cx, &mut dump_ir)?;

@@ -150,8 +150,10 @@ pub fn eval(
         if !matches!(node.kind, NodeKind::Op(_)) {
             // Inputs and weights (exec counts an op's results before it allocates them).
             let bytes = live_bytes(&vals);
-            live.add(bytes, || format!("input '{}'", fxhlo_ir::quote_name(&node.name)))
-                .map_err(|e| RuntimeError::Graph(e.to_string()))?;
+            live.add(bytes, || {
+                format!("input '{}'", fxhlo_ir::quote_name(&node.name))
+            })
+            .map_err(|e| RuntimeError::Graph(e.to_string()))?;
         }
         env[i] = Some(vals);
         for &j in &frees[i] {
@@ -332,7 +334,10 @@ fn exec(
     // The results join the tensors alive now: their sum is checked before they exist.
     let result_bytes = out
         .iter()
-        .map(|t| t.numel().map_or(u64::MAX, |n| (n.max(0) as u64).saturating_mul(8)))
+        .map(|t| {
+            t.numel()
+                .map_or(u64::MAX, |n| (n.max(0) as u64).saturating_mul(8))
+        })
         .fold(0, u64::saturating_add);
     live.add(result_bytes, || "the results".into())
         .map_err(|e| err(e.to_string()))?;
