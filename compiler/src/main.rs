@@ -444,7 +444,7 @@ fn bench(
         .map(|s| vec![Line([0; 64]); s.bytes().div_ceil(64)])
         .collect();
     let sizes: Vec<usize> = a.outputs().iter().map(|s| s.bytes()).collect();
-    let mut times = Vec::with_capacity(iters.max(1).min(1 << 20));
+    let mut times = Vec::with_capacity(iters.clamp(1, 1 << 20));
     for i in 0..runs {
         if i == warmup && opts.profile {
             ex.enable_profiling();

@@ -129,7 +129,7 @@ pub fn check(bytes: u64, what: impl FnOnce() -> String) -> Result<(), OverBudget
 /// Bytes of `count` elements of `elem` bytes each, checked against the budget (an overflowing
 /// product is over any budget).
 pub fn check_elems(count: u64, elem: u64, what: impl FnOnce() -> String) -> Result<(), OverBudget> {
-    check(count.checked_mul(elem).unwrap_or(u64::MAX), what)
+    check(count.saturating_mul(elem), what)
 }
 
 /// A running total of live bytes against one limit (the interpreter's live tensors, a
