@@ -13,6 +13,88 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// A run that takes longer than this is a hang.
+const HANG_SECS: u64 = 120;
+
+/// Makes what `expect.json`'s `setup` asks for: FIFOs and symlinks (git holds neither a FIFO
+/// nor, safely, a link to /dev/zero).
+fn setup(dir: &Path, setup: &serde_json::Value) {
+    #[cfg(unix)]
+    {
+        for f in setup["fifo"].as_array().into_iter().flatten() {
+            let p = dir.join(f.as_str().unwrap());
+            let _ = std::fs::remove_file(&p);
+            let ok = Command::new("mkfifo").arg(&p).status().unwrap().success();
+            assert!(ok, "mkfifo {}", p.display());
+        }
+        for (name, target) in setup["symlink"].as_object().into_iter().flatten() {
+            let p = dir.join(name);
+            let _ = std::fs::remove_file(&p);
+            std::os::unix::fs::symlink(target.as_str().unwrap(), &p).unwrap();
+        }
+    }
+}
+
+/// Runs fxhlo in `dir` as `run` asks (stdout to a file such as /dev/full, or closed by its
+/// reader at once); exit code (negative: killed by a signal), stdout, stderr; None on a hang.
+fn run_fxhlo(args: &[&str], dir: &Path, run: &serde_json::Value) -> Option<(i64, String, String)> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fxhlo"));
+    cmd.args(args).current_dir(dir).stderr(Stdio::piped());
+    cmd.env("FXHLO_NUM_THREADS", "1");
+    let close_stdout = run["close_stdout"].as_bool() == Some(true);
+    if let Some(f) = run["stdout_file"].as_str() {
+        cmd.stdout(std::fs::OpenOptions::new().write(true).open(f).unwrap());
+    } else {
+        cmd.stdout(Stdio::piped());
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut out_pipe = child.stdout.take();
+    if close_stdout {
+        drop(out_pipe.take());
+    }
+    let mut err_pipe = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(mut p) = out_pipe {
+            let _ = p.read_to_end(&mut s);
+        }
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err_pipe.read_to_end(&mut s);
+        s
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if start.elapsed().as_secs() > HANG_SECS {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let stdout = String::from_utf8_lossy(&out_reader.join().unwrap()).to_string();
+    let stderr = String::from_utf8_lossy(&err_reader.join().unwrap()).to_string();
+    let status = status?;
+    #[cfg(unix)]
+    let code = {
+        use std::os::unix::process::ExitStatusExt;
+        status
+            .code()
+            .map(i64::from)
+            .unwrap_or_else(|| -i64::from(status.signal().unwrap_or(0)))
+    };
+    #[cfg(not(unix))]
+    let code = status.code().map(i64::from).unwrap_or(-1);
+    Some((code, stdout, stderr))
+}
+
 #[test]
 fn every_bad_input_gets_a_clear_error() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/bad_inputs");
@@ -22,16 +104,18 @@ fn every_bad_input_gets_a_clear_error() {
         .filter(|p| p.join("expect.json").exists())
         .collect();
     cases.sort();
-    assert!(cases.len() >= 30, "the corpus has {} cases", cases.len());
+    assert!(cases.len() >= 80, "the corpus has {} cases", cases.len());
     let scratch = std::env::temp_dir().join(format!("fxhlo-bad-inputs-{}", std::process::id()));
     let mut failures = vec![];
     let mut runs = 0;
+    let mut table = String::new();
     for case in &cases {
         let name = case.file_name().unwrap().to_string_lossy().to_string();
         let dir = scratch.join(&name);
         copy_dir(case, &dir);
         let expect: serde_json::Value =
             serde_json::from_slice(&std::fs::read(case.join("expect.json")).unwrap()).unwrap();
+        setup(&dir, &expect["setup"]);
         for run in expect["runs"].as_array().unwrap() {
             runs += 1;
             let args: Vec<&str> = run["args"]
@@ -40,19 +124,18 @@ fn every_bad_input_gets_a_clear_error() {
                 .iter()
                 .map(|a| a.as_str().unwrap())
                 .collect();
-            let out = Command::new(env!("CARGO_BIN_EXE_fxhlo"))
-                .args(&args)
-                .current_dir(&dir)
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let stderr = String::from_utf8_lossy(&out.stderr);
             let what = format!("{name}: fxhlo {}", args.join(" "));
-            if stderr.contains("panicked") {
-                failures.push(format!("{what}: PANIC\n{stderr}"));
+            let Some((code, stdout, stderr)) = run_fxhlo(&args, &dir, run) else {
+                failures.push(format!("{what}: HANG (killed after {HANG_SECS} s)"));
+                continue;
+            };
+            let first = stderr.lines().next().unwrap_or("").to_string();
+            let first: String = first.chars().take(150).collect();
+            table.push_str(&format!("{code:>4}  {what}  | {first}\n"));
+            if stderr.contains("panicked") || code == 101 || code < 0 {
+                failures.push(format!("{what}: PANIC or signal (exit {code})\n{stderr}"));
                 continue;
             }
-            let code = out.status.code().unwrap_or(-1) as i64;
             if code != run["exit"].as_i64().unwrap() {
                 failures.push(format!(
                     "{what}: exit {code}, expected {}\nstderr: {stderr}",
@@ -66,13 +149,20 @@ fn every_bad_input_gets_a_clear_error() {
                     }
                 }
             }
-            if code == 2 && !stderr.starts_with("error: ") {
+            if let Some(max) = run["max_stderr"].as_u64() {
+                if stderr.len() as u64 > max {
+                    failures.push(format!("{what}: stderr is {} bytes", stderr.len()));
+                }
+            }
+            if code == 2 && (!stderr.starts_with("error: ") || stderr.trim_end().contains('\n')) {
                 failures.push(format!(
-                    "{what}: an error must be one 'error: ...' message\n{stderr}"
+                    "{what}: an error must be one 'error: ...' line\n{stderr}"
                 ));
             }
         }
     }
+    // `cargo test --test bad_inputs -- --nocapture` shows each run's exit code and first line.
+    eprintln!("{} cases, {runs} runs:\n{table}", cases.len());
     let _ = std::fs::remove_dir_all(&scratch);
     assert!(
         failures.is_empty(),
@@ -145,7 +235,10 @@ fn outputs_are_written_exclusively_and_renamed() {
             );
         }
         let got = std::fs::read(&out).unwrap();
-        assert!(want.contains(&got), "round {round}: the output is not one whole artifact");
+        assert!(
+            want.contains(&got),
+            "round {round}: the output is not one whole artifact"
+        );
     }
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     let stray: Vec<String> = std::fs::read_dir(&dir)

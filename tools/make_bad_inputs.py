@@ -40,7 +40,10 @@ def graph():
     return json.loads((SRC / "graph.json").read_text())
 
 
-def case(name, runs, files=None, graph_doc=None, copy=("weights.safetensors", "inputs.safetensors")):
+def case(name, runs, files=None, graph_doc=None, copy=("weights.safetensors", "inputs.safetensors"),
+         setup=None):
+    """setup: {"fifo": [names], "symlink": {name: target}}, made by the test before the runs
+    (git cannot hold a FIFO, and copying a link to /dev/zero would never end)."""
     d = OUT / name
     d.mkdir(parents=True)
     for f in copy:
@@ -50,11 +53,16 @@ def case(name, runs, files=None, graph_doc=None, copy=("weights.safetensors", "i
         (d / "graph.json").write_bytes(text if isinstance(text, bytes) else text.encode())
     for fname, data in (files or {}).items():
         (d / fname).write_bytes(data)
-    (d / "expect.json").write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    doc = {"runs": runs}
+    if setup:
+        doc["setup"] = setup
+    (d / "expect.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def r(args, exit, stderr=None, stdout=None):
-    run = {"args": args, "exit": exit}
+def r(args, exit, stderr=None, stdout=None, **extra):
+    """extra: stdout_file (stdout redirected to that file, e.g. /dev/full), close_stdout (the
+    reader closes stdout at once), max_stderr (bytes)."""
+    run = {"args": args, "exit": exit, **extra}
     if stderr is not None:
         run["stderr"] = stderr
     if stdout is not None:
@@ -232,7 +240,160 @@ def main():
     bad_prog = json.dumps({"compiler_version": "0.1.0", "opt_level": 2, "graph": "", "stablehlo": {"Err": "-"},
                            "program": {"values": [], "inputs": [3], "constants": [], "outputs": [], "steps": []}}).encode()
     artifact_case("artifact_dangling_value", artifact(bad_prog, empty_st), "refers to value 3")
+    reliability_cases(artifact, empty_st)
     print(f"wrote {len(list(OUT.iterdir()))} cases to {OUT.relative_to(ROOT)}")
+
+
+RUN = ["--inputs", "inputs.safetensors", "--out", "out.safetensors"]
+
+
+def chain_text(n, ops):
+    lines = ["graph {", "  %x: f32[4, 8] = input"]
+    prev = "x"
+    for i in range(n):
+        lines.append(f"  %v{i}: f32[4, 8] = {ops[i % len(ops)].format(p=prev)}")
+        prev = f"v{i}"
+    return "\n".join(lines + [f"  return %{prev}", "}"]) + "\n"
+
+
+def reliability_cases(artifact, empty_st):
+    """Issue 41: one case per class of hostile input, faults and scale (families in the names:
+    hang_, panic_, stack_, mem_, msg_, out_)."""
+    x48 = st_bytes({"x": ("F32", [4, 8], f32([0.01 * i for i in range(32)]))})
+    # --- hangs and unbounded reads: FIFOs and /dev/zero as model, weights, inputs
+    notreg = "is not a regular file"
+    case("hang_fifo_model", [r(["inspect", "model.json"], 2, notreg), r(["run", "model.json", *RUN], 2, notreg)],
+         setup={"fifo": ["model.json"]})
+    case("hang_fifo_inputs", [r(["run", "graph.json", "--inputs", "in.fifo", "--out", "o.safetensors"], 2, notreg)],
+         graph_doc=graph(), setup={"fifo": ["in.fifo"]})
+    case("hang_fifo_weights", [r(["run", ".", *RUN], 2, notreg)], graph_doc=graph(), copy=("inputs.safetensors",),
+         setup={"fifo": ["weights.safetensors"]})
+    case("hang_devzero_model", [r(["inspect", "model.json"], 2, notreg), r(["compile", "model.json", "-o", "a.fxa"], 2, notreg)],
+         setup={"symlink": {"model.json": "/dev/zero"}})
+    case("hang_devzero_inputs", [r(["run", "graph.json", "--inputs", "/dev/zero", "--out", "o.safetensors"], 2, notreg)],
+         graph_doc=graph())
+    case("hang_devzero_weights", [r(["run", ".", *RUN], 2, notreg), r(["check", "."], 2, notreg)], graph_doc=graph(),
+         copy=("inputs.safetensors",), setup={"symlink": {"weights.safetensors": "/dev/zero"}})
+    case("hang_devzero_artifact", [r(["run", "a.fxa", *RUN], 2, notreg)], copy=("inputs.safetensors",),
+         setup={"symlink": {"a.fxa": "/dev/zero"}})
+    # --- panics: CLI counts, stdout errors, thread counts, artifact sizes
+    big = "18446744073709551615"
+    case("panic_bench_huge_iters", [r(["bench", ".", "--iters", big], 2, "at most 1000000000 runs"),
+                                    r(["bench", ".", "--warmup", big], 2, "at most 1000000000 runs")], graph_doc=graph())
+    case("panic_threads_huge", [r(["run", ".", *RUN, "--threads", big], 2, "worker threads asked for"),
+                                r(["run", ".", *RUN, "--threads", "0"], 2, "worker threads asked for"),
+                                r(["copy-peak", "--threads", big], 2, "worker threads asked for")], graph_doc=graph())
+    case("panic_copy_peak_huge", [r(["copy-peak", "--mib", "65536", "--max-memory", "1000000000"], 2,
+                                    "more than the memory limit")], copy=())
+    case("panic_stdout_full", [r(["inspect", "graph.json"], 2, "writing standard output", stdout_file="/dev/full"),
+                               r(["ops"], 2, "writing standard output", stdout_file="/dev/full")], graph_doc=graph())
+    case("panic_stdout_closed", [r(["ops"], 0, close_stdout=True), r(["inspect", "graph.json"], 0, close_stdout=True)],
+         graph_doc=graph())
+    hdr = lambda shape, inputs=(0,): json.dumps({
+        "compiler_version": "0.1.0", "opt_level": 2, "graph": "", "stablehlo": {"Err": "-"},
+        "program": {"values": [{"name": "x", "dtype": "f32", "shape": [4, 8]},
+                               {"name": "y", "dtype": "f32", "shape": shape}],
+                    "inputs": list(inputs), "constants": [], "outputs": [1], "steps": []}}).encode()
+    case("panic_artifact_output_2p63", [r(["run", "a.fxa", *RUN], 2, "has more than 9223372036854775807 bytes")],
+         files={"a.fxa": artifact(hdr([9223372036854775807]), empty_st), "inputs.safetensors": x48}, copy=())
+    case("panic_artifact_plan_over_limit", [r(["run", "a.fxa", *RUN, "--max-memory", "1000000"], 2, "the memory plan needs")],
+         files={"a.fxa": artifact(hdr([1 << 40], (0, 1)), empty_st), "inputs.safetensors": x48}, copy=())
+    # --- stack depth and scale: 10,000-node elementwise chains
+    case("stack_chain_10k", [r(["compile", "m.fxir", "-o", "a.fxa"], 0), r(["run", "m.fxir", *RUN], 0),
+                             r(["lower", "m.fxir", "-O2", "-o", "m.mlir"], 0)],
+         files={"m.fxir": chain_text(10000, ["aten.exp.default(%{p})", "aten.tanh.default(%{p})",
+                                              "aten.sigmoid.default(%{p})"]).encode(), "inputs.safetensors": x48}, copy=())
+    case("stack_neg_chain_10k_O0", [r(["compile", "-O0", "m.fxir", "-o", "a.fxa"], 0), r(["run", "a.fxa", *RUN], 0),
+                                    r(["run", "--reference", "m.fxir", *RUN], 0)],
+         files={"m.fxir": chain_text(10000, ["aten.neg.default(%{p})"]).encode(), "inputs.safetensors": x48}, copy=())
+    # --- memory: declared zip sizes, strided views, lowering matrices, live sums, plans
+    pt2 = (SRC / "model.pt2").read_bytes()
+    case("mem_zip_member_inflates", [r(["inspect", "model.pt2"], 2, "inflates beyond its declared size")],
+         files={"model.pt2": inflating_member(pt2)}, copy=())
+    def stride0(d):
+        m = d["config"]["fc1.bias"]["tensor_meta"]
+        m["sizes"] = [{"as_int": 1 << 28}]
+        m["strides"] = [{"as_int": 0}]
+    case("mem_pt2_stride0_view", [r(["inspect", "model.pt2", "--max-memory", "100000000"], 2, "too large for its")],
+         files={"model.pt2": rewrite_zip(pt2, lambda n, b: edit_json(b, stride0) if n.endswith("model_weights_config.json") else b)},
+         copy=())
+    def many_views(d):
+        base = d["config"]["fc1.weight"]
+        for i in range(2000):
+            d["config"][f"view{i}"] = json.loads(json.dumps(base))
+    case("mem_pt2_many_views", [r(["inspect", "model.pt2", "--max-memory", "10000000"], 2, "memory budget")],
+         files={"model.pt2": rewrite_zip(pt2, lambda n, b: edit_json(b, many_views) if n.endswith("model_weights_config.json") else b)},
+         copy=())
+    pool = ("graph {\n  %x: f32[1, 1, 4, 4] = input\n  %y: f32[1, 1, 2147483648, 2] = "
+            "aten._adaptive_avg_pool2d.default(%x, output_size=[2147483648, 2])\n  return %y\n}\n")
+    case("mem_adaptive_pool_matrix", [r(["lower", "m.fxir", "-o", "m.mlir", "--max-memory", "1000000000"], 2,
+                                        "adaptive pooling matrix")], files={"m.fxir": pool.encode()}, copy=())
+    full = ("graph {\n  %x: f32[4, 8] = input\n  %y: f32[2147483648] = aten.full.default(size=[2147483648], "
+            "fill_value=1.0)\n  return %y\n}\n")
+    case("mem_full_2p31", [r(["run", "m.fxir", *RUN, "--max-memory", "4294967296"], 2, "the memory plan needs"),
+                           r(["run", "--reference", "m.fxir", *RUN, "--max-memory", "4294967296"], 2, "more than the interpreter's limit")],
+         files={"m.fxir": full.encode(), "inputs.safetensors": x48}, copy=())
+    live = ("graph {\n  %x: f32[4, 8] = input\n  %a: f32[4, 8] = aten.exp.default(%x)\n  %b: f32[4, 8] = "
+            "aten.neg.default(%x)\n  %c: f32[4, 8] = aten.add.Tensor(%a, %b)\n  return %c\n}\n")
+    case("mem_interp_live_sum", [r(["run", "--reference", "m.fxir", *RUN, "--max-memory", "700"], 2, "already live"),
+                                 r(["run", "--reference", "m.fxir", *RUN, "--max-memory", "1000"], 0)],
+         files={"m.fxir": live.encode(), "inputs.safetensors": x48}, copy=())
+    # --- messages: names escaped and shortened; unused unknown ops
+    g = graph()
+    g["nodes"][0]["args"]["self"]["tensor"] = "bad\nname"
+    case("msg_name_with_newline", [r(["inspect", "graph.json"], 2, "unknown value 'bad\\nname'")], graph_doc=g)
+    g = graph()
+    g["nodes"][0]["args"]["self"]["tensor"] = "n" * 100_000
+    case("msg_name_100kb", [r(["inspect", "graph.json"], 2, "nnn…' (not defined", max_stderr=1000)], graph_doc=g)
+    unused = ("graph {\n  %x: f32[4, 8] = input\n  %u: f32[4, 8] = unsupported \"aten.frobnicate.default\"(self=%x)\n"
+              "  %y: f32[4, 8] = aten.relu.default(%x)\n  return %y\n}\n")
+    case("msg_unused_unknown_op", [r(["run", "m.fxir", *RUN], 0), r(["run", "--reference", "m.fxir", *RUN], 0),
+                                   r(["compile", "-O0", "m.fxir", "-o", "a.fxa"], 0), r(["lower", "m.fxir", "-o", "m.mlir"], 0),
+                                   r(["inspect", "m.fxir"], 0, stdout="aten.frobnicate.default")],
+         files={"m.fxir": unused.encode(), "inputs.safetensors": x48}, copy=())
+
+
+def inflating_member(data):
+    """The .pt2 with one weight member deflated, its declared (uncompressed) size set to 16
+    bytes in both headers while it inflates to its real size (and a CRC that no longer
+    matches): a reader that trusts the declared size reads past it."""
+    import io
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    target = next(n for n in src.namelist() if n.endswith("data/weights/weight_0"))
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for info in src.infolist():
+            b = src.read(info.filename)
+            if info.filename == target:
+                b = b * 64
+                z.writestr(info.filename, b, compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                z.writestr(info.filename, b)
+    raw = bytearray(out.getvalue())
+    real = len(src.read(target)) * 64
+    name = target.encode()
+    # Local header: uncompressed size at +22; central directory entry: at +24.
+    i = raw.find(b"PK\x03\x04" + raw[4:4])
+    pos = 0
+    while True:
+        i = raw.find(b"PK\x03\x04", pos)
+        if i < 0:
+            break
+        n = struct.unpack_from("<H", raw, i + 26)[0]
+        if raw[i + 30:i + 30 + n] == name:
+            struct.pack_into("<I", raw, i + 22, 16)
+        pos = i + 4
+    pos = 0
+    while True:
+        i = raw.find(b"PK\x01\x02", pos)
+        if i < 0:
+            break
+        n = struct.unpack_from("<H", raw, i + 28)[0]
+        if raw[i + 46:i + 46 + n] == name:
+            assert struct.unpack_from("<I", raw, i + 24)[0] == real
+            struct.pack_into("<I", raw, i + 24, 16)
+        pos = i + 4
+    return bytes(raw)
 
 
 def patched_weights(changes):

@@ -140,17 +140,18 @@ fn compile_impl(
 ) -> Result<Compiled> {
     let t0 = std::time::Instant::now();
     let _span = tracing::info_span!("compile").entered();
-    if let Some((op, _)) = graph.unsupported_ops().into_iter().next() {
-        return Err(DriverError::Other(format!(
-            "op {op} is not supported by fxhlo (`fxhlo inspect` lists every unsupported op)"
-        )));
-    }
     // The graph alone is copied: the weights are copied once, into the artifact (a model's
     // weights can be most of its bytes, and the emitter reads them only to inline them).
     let mut m = Model {
         graph: graph.clone(),
         weights: Default::default(),
     };
+    remove_dead_nodes(&mut m.graph)?;
+    if let Some((op, _)) = m.graph.unsupported_ops().into_iter().next() {
+        return Err(DriverError::Other(format!(
+            "op {op} is not supported by fxhlo (`fxhlo inspect` lists every unsupported op)"
+        )));
+    }
     let pm = pass_manager(opts)?;
     let mut cx = fxhlo_passes::Cx::default();
     pm.run(&mut m.graph, &mut cx, dump)?;
@@ -221,7 +222,24 @@ pub fn run_fast(model: &Model, inputs: &Weights) -> Result<Vec<HostTensor>> {
 /// Runs `model` on `inputs` in the reference interpreter.
 pub fn run_reference(model: &Model, inputs: &Weights) -> Result<Vec<HostTensor>> {
     let _span = tracing::info_span!("interpret").entered();
-    Ok(fxhlo_runtime::run(model, inputs)?)
+    if model.graph.unsupported_ops().is_empty() {
+        return Ok(fxhlo_runtime::run(model, inputs)?);
+    }
+    let mut m = Model {
+        graph: model.graph.clone(),
+        weights: model.weights.clone(),
+    };
+    remove_dead_nodes(&mut m.graph)?;
+    Ok(fxhlo_runtime::run(&m, inputs)?)
+}
+
+/// Removes op nodes whose results nobody uses (the `dce` pass), before any stage that must
+/// execute or lower every node looks at them: an op fxhlo does not know whose result is
+/// never used is no reason to refuse a graph (`inspect` still lists it).
+pub fn remove_dead_nodes(g: &mut fxhlo_ir::Graph) -> Result<()> {
+    use fxhlo_passes::Pass;
+    fxhlo_passes::dce::Dce.run(g, &mut fxhlo_passes::Cx::default())?;
+    Ok(())
 }
 
 /// Names outputs `output0`, `output1`, ...

@@ -79,6 +79,12 @@ fn flush_stdout() -> Result<(), DriverError> {
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// The allocation budget in bytes, for every command: files read, constants built by the
+    /// lowering, the reference interpreter's live tensors and the fast runtime's memory plan
+    /// are checked against it before allocating (default: the smallest of the address-space
+    /// limit, the cgroup memory limit and physical memory).
+    #[arg(long, global = true)]
+    max_memory: Option<u64>,
 }
 
 /// Flags that choose and observe the pass pipeline (`opt`, `lower`, `compile`).
@@ -128,9 +134,6 @@ struct RuntimeArgs {
     /// Worker threads of the fast runtime (default: FXHLO_NUM_THREADS, else every core).
     #[arg(long)]
     threads: Option<usize>,
-    /// Refuse to run if the memory plan needs more than this many bytes at peak.
-    #[arg(long)]
-    max_memory: Option<u64>,
     /// Print the program's steps, fallbacks and memory plan to standard error.
     #[arg(long)]
     stats: bool,
@@ -285,6 +288,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Some(bytes) = cli.max_memory {
+        fxhlo_ir::budget::set_limit(bytes.max(1));
+    }
     match run(cli.cmd).and_then(|code| flush_stdout().map(|_| code)) {
         Ok(code) => code,
         // The reader of standard output went away (`fxhlo ops | head`): nothing more to say,
@@ -359,7 +365,7 @@ fn print_timings(cx: &fxhlo_passes::Cx) {
 fn exec_options(rt: &RuntimeArgs) -> fxhlo_runtime::fast::ExecOptions {
     fxhlo_runtime::fast::ExecOptions {
         threads: rt.threads,
-        max_memory: rt.max_memory,
+        max_memory: None,
     }
 }
 
@@ -781,6 +787,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             pipeline,
         } => {
             let mut m = load_model(&model)?;
+            fxhlo::remove_dead_nodes(&mut m.graph)?;
             let pm = fxhlo::pass_manager(&pipeline.options(0))?;
             let mut cx = fxhlo_passes::Cx::default();
             pm.run(&mut m.graph, &mut cx, &mut dump_ir)?;

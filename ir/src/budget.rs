@@ -250,7 +250,9 @@ mod tests {
         let mut t = Tally::with_limit(100);
         t.add(60, || "a".into()).unwrap();
         let e = t.add(60, || "b".into()).unwrap_err();
-        assert!(e.to_string().contains("b (with 60 bytes already live) needs 60 bytes"));
+        assert!(e
+            .to_string()
+            .contains("b (with 60 bytes already live) needs 60 bytes"));
         t.sub(60);
         t.add(60, || "b".into()).unwrap();
         assert!(t.add(u64::MAX, || "c".into()).is_err());

@@ -6,7 +6,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum IrError {
     /// A problem with one node: names the node, its op and what is wrong.
-    #[error("node {index} '{name}' ({op}): {msg}")]
+    #[error("node {index} '{}' ({}): {msg}", crate::quote_name(.name), crate::quote_name(.op))]
     Node {
         /// Position of the node in the graph.
         index: usize,
@@ -29,7 +29,7 @@ pub enum IrError {
     #[error("graph: {0}")]
     Graph(String),
     /// A weight or constant tensor is missing or does not match its declaration.
-    #[error("weight '{name}': {msg}")]
+    #[error("weight '{}': {msg}", crate::quote_name(.name))]
     Weight {
         /// Target name of the tensor.
         name: String,

@@ -185,7 +185,12 @@ pub fn plan(g: &Graph) -> FusionPlan {
                 s[1] = Some(h);
             }
         };
-        for p in g.nodes[i].args.iter().flat_map(|a| a.values()).map(|v| v.node) {
+        for p in g.nodes[i]
+            .args
+            .iter()
+            .flat_map(|a| a.values())
+            .map(|v| v.node)
+        {
             match class_of(g, p) {
                 Some(c) if is_heavy(c) => add(p, &mut s),
                 Some(Class::Other) | None => {}

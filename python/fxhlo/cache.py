@@ -11,6 +11,13 @@ variable ``FXHLO_CACHE_DIR``, ``$XDG_CACHE_HOME/fxhlo``, ``~/.cache/fxhlo``.  En
 written atomically (temporary file and rename), so concurrent processes never read half an
 entry; an entry that fails to load (corrupted, or written by another artifact format) is
 ignored, reported in the log and overwritten.
+
+Each entry starts with ``ENTRY_MAGIC``, its own key and a newline, and is read only if that key
+is the one asked for: an entry copied or swapped between keys is a miss (recompiled), never a
+silently wrong answer.  An entry is opened as a regular file only (``O_NOFOLLOW``,
+``O_NONBLOCK``, then ``fstat``): a FIFO, a device or a symlink at the entry's path is a miss,
+not a hang or an unbounded read, and at most ``max_entry_bytes()`` (``FXHLO_CACHE_MAX_BYTES``,
+default 8 GiB) are read.
 """
 
 from __future__ import annotations
@@ -24,6 +31,15 @@ from typing import Dict, Iterable, Optional, Tuple
 log = logging.getLogger("fxhlo.cache")
 
 KEY_VERSION = b"fxhlo-compile-cache-v1"
+ENTRY_MAGIC = b"FXHLOCACHE1 "
+
+
+def max_entry_bytes() -> int:
+    """The largest cache entry read (``FXHLO_CACHE_MAX_BYTES``, default 8 GiB)."""
+    try:
+        return int(os.environ.get("FXHLO_CACHE_MAX_BYTES", 8 << 30))
+    except ValueError:
+        return 8 << 30
 
 
 def default_cache_dir() -> str:
@@ -69,15 +85,41 @@ class DiskCache:
         return os.path.join(self.root, key[:2], key + ".fxa")
 
     def get(self, key: str) -> Optional[bytes]:
-        """The stored bytes of ``key``, or None."""
+        """The stored artifact bytes of ``key``, or None (also for an entry that is not a
+        regular file, is too large, or carries another key)."""
+        p = self.path(key)
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
-            with open(self.path(key), "rb") as f:
-                return f.read()
+            fd = os.open(p, flags)
         except FileNotFoundError:
             return None
         except OSError as e:
-            log.debug("fxhlo cache: cannot read %s: %s", self.path(key), e)
+            log.debug("fxhlo cache: cannot open %s: %s", p, e)
             return None
+        try:
+            import stat
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                log.warning("fxhlo cache: %s is not a regular file; ignored", p)
+                return None
+            if st.st_size > max_entry_bytes():
+                log.warning("fxhlo cache: %s is %d bytes, more than %d; ignored", p,
+                            st.st_size, max_entry_bytes())
+                return None
+            with os.fdopen(fd, "rb") as f:
+                fd = -1
+                data = f.read(st.st_size + 1)
+        except OSError as e:
+            log.debug("fxhlo cache: cannot read %s: %s", p, e)
+            return None
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        head = ENTRY_MAGIC + key.encode() + b"\n"
+        if len(data) > st.st_size or not data.startswith(head):
+            log.warning("fxhlo cache: %s does not hold the entry of its key; ignored", p)
+            return None
+        return data[len(head):]
 
     def put(self, key: str, data: bytes) -> None:
         """Stores ``data`` under ``key`` atomically; a failure is logged, never raised."""
@@ -87,6 +129,7 @@ class DiskCache:
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(p), suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
+                    f.write(ENTRY_MAGIC + key.encode() + b"\n")
                     f.write(data)
                 os.replace(tmp, p)
             except BaseException:

@@ -6,10 +6,10 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum RuntimeError {
     /// A user input of the graph was not passed.
-    #[error("missing input '{0}'")]
+    #[error("missing input '{}'", fxhlo_ir::quote_name(.0))]
     MissingInput(String),
     /// An input was passed that the graph does not have.
-    #[error("unexpected input '{name}' (the graph's inputs are: {expected})")]
+    #[error("unexpected input '{}' (the graph's inputs are: {})", fxhlo_ir::quote_name(.name), fxhlo_ir::quote_name(.expected))]
     UnexpectedInput {
         /// The name passed.
         name: String,
@@ -17,7 +17,7 @@ pub enum RuntimeError {
         expected: String,
     },
     /// An input's shape or dtype differs from the graph's declaration.
-    #[error("input '{name}' has shape {found} and dtype {found_dtype}, expected {expected}")]
+    #[error("input '{}' has shape {found} and dtype {found_dtype}, expected {expected}", fxhlo_ir::quote_name(.name))]
     InputType {
         /// The input's name.
         name: String,
@@ -29,7 +29,7 @@ pub enum RuntimeError {
         expected: String,
     },
     /// An input's bytes do not match its shape and dtype.
-    #[error("input '{name}' {msg}")]
+    #[error("input '{}' {msg}", fxhlo_ir::quote_name(.name))]
     InputBytes {
         /// The input's name.
         name: String,
@@ -37,7 +37,7 @@ pub enum RuntimeError {
         msg: String,
     },
     /// A weight (parameter, buffer or constant) is missing or does not match its input node.
-    #[error("weight '{name}': {msg}")]
+    #[error("weight '{}': {msg}", fxhlo_ir::quote_name(.name))]
     Weight {
         /// Target name of the weight.
         name: String,
@@ -45,7 +45,7 @@ pub enum RuntimeError {
         msg: String,
     },
     /// A node failed: names the node, its op and what went wrong.
-    #[error("node {index} '{name}' ({op}): {msg}")]
+    #[error("node {index} '{}' ({}): {msg}", fxhlo_ir::quote_name(.name), fxhlo_ir::quote_name(.op))]
     Node {
         /// Position of the node in the graph.
         index: usize,
@@ -57,7 +57,7 @@ pub enum RuntimeError {
         msg: String,
     },
     /// A bug in the interpreter itself (a panic caught, or a result of the wrong type).
-    #[error("node {index} '{name}' ({op}): internal error in the reference interpreter: {msg}")]
+    #[error("node {index} '{}' ({}): internal error in the reference interpreter: {msg}", fxhlo_ir::quote_name(.name), fxhlo_ir::quote_name(.op))]
     Internal {
         /// Position of the node in the graph.
         index: usize,
@@ -79,7 +79,7 @@ pub enum RuntimeError {
     #[error("artifact: {0}")]
     Artifact(String),
     /// A step of a compiled program failed: names the step, its first node and what went wrong.
-    #[error("step {step} '{name}' ({kernel}): {msg}")]
+    #[error("step {step} '{}' ({kernel}): {msg}", fxhlo_ir::quote_name(.name))]
     Step {
         /// Position of the step in the program.
         step: usize,

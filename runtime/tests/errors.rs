@@ -635,3 +635,40 @@ fn index_put_with_huge_broadcast_indices_is_an_error() {
     );
     assert!(e.contains("memory limit"), "{e}");
 }
+
+/// The interpreter limits the sum of the tensors alive at once, not just each one: two live
+/// results of 800 bytes each (8 per element) pass a per-tensor limit of 1000 bytes but not a
+/// live limit below what is alive.
+#[test]
+fn the_live_tensors_are_limited_in_sum() {
+    let g = fxhlo_ir::text::parse_graph(
+        "graph {\n  %x: f32[100] = input\n  %a: f32[100] = aten.exp.default(%x)\n  \
+         %b: f32[100] = aten.neg.default(%x)\n  %c: f32[100] = aten.add.Tensor(%a, %b)\n  \
+         return %c\n}\n",
+    )
+    .unwrap();
+    let m = Model {
+        graph: g,
+        weights: Default::default(),
+    };
+    let x = HostTensor {
+        dtype: DType::F32,
+        shape: vec![100],
+        bytes: vec![0; 400],
+    };
+    let ins = BTreeMap::from([("x".to_string(), x)]);
+    // Alive at %b: x, a and b (2400 bytes); x is freed after b, so c needs a + b + c.
+    let opts = |live: u64| Options {
+        max_tensor_bytes: 1000,
+        max_live_bytes: live,
+        ..Options::default()
+    };
+    fxhlo_runtime::run_with(&m, &ins, &opts(2400)).unwrap();
+    let e = fxhlo_runtime::run_with(&m, &ins, &opts(2399))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("node 2 'b'") && e.contains("1600 bytes already live") && e.contains("2399"),
+        "{e}"
+    );
+}

@@ -123,7 +123,10 @@ impl Cx<'_> {
             b.value(n).ok_or_else(|| {
                 self.err(
                     at,
-                    format!("unknown value '{n}' (not defined by an earlier input or node)"),
+                    format!(
+                        "unknown value '{}' (not defined by an earlier input or node)",
+                        crate::quote_name(n)
+                    ),
                 )
             })
         };
@@ -318,7 +321,7 @@ pub fn parse_fxjson(text: &[u8], file: &str) -> Result<(crate::Graph, Option<Str
             .ok_or_else(|| cx.err(&at, "expected a value name"))?;
         outputs.push(
             b.value(n)
-                .ok_or_else(|| cx.err(&at, format!("unknown value '{n}'")))?,
+                .ok_or_else(|| cx.err(&at, format!("unknown value '{}'", crate::quote_name(n))))?,
         );
     }
     Ok((b.finish(outputs)?, weights))

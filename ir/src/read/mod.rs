@@ -98,7 +98,8 @@ impl GraphBuilder {
                 .is_some()
             {
                 return Err(IrError::Graph(format!(
-                    "value name '{r}' is defined twice (node {node_index})"
+                    "value name '{}' is defined twice (node {node_index})",
+                    crate::quote_name(r)
                 )));
             }
         }

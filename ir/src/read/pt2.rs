@@ -347,7 +347,10 @@ fn convert_arg(b: &GraphBuilder, v: &Value) -> std::result::Result<Arg, String> 
             .and_then(Value::as_str)
             .ok_or_else(|| format!("tensor argument {t} has no name"))?;
         b.value(name).ok_or_else(|| {
-            format!("unknown value '{name}' (not defined by an earlier input or node)")
+            format!(
+                "unknown value '{}' (not defined by an earlier input or node)",
+                crate::quote_name(name)
+            )
         })
     };
     let list = |x: &Value| {
@@ -525,8 +528,8 @@ pub fn read_pt2_bytes(bytes: &[u8], file: &str) -> Result<Model> {
                     .map_err(|e| werr(e.to_string()))?;
                 cache.insert(member.clone(), data);
             }
-            let t =
-                gather_view(&cache[&member], meta, &mut tally).map_err(|m| werr(format!("{member}: {m}")))?;
+            let t = gather_view(&cache[&member], meta, &mut tally)
+                .map_err(|m| werr(format!("{member}: {m}")))?;
             weights.insert(fqn.clone(), t);
             storage_of.insert(fqn.clone(), (member, meta.to_string()));
         }

@@ -207,7 +207,10 @@ mod tests {
                 }
             });
             let got = std::fs::read(&out).unwrap();
-            assert!(payloads.contains(&got), "the output is not one writer's whole payload");
+            assert!(
+                payloads.contains(&got),
+                "the output is not one writer's whole payload"
+            );
         }
         let n = std::fs::read_dir(&dir).unwrap().count();
         assert_eq!(n, 1, "temporary files were left");

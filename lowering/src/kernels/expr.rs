@@ -185,7 +185,11 @@ fn build_impl(
 /// `node 7 'add' (aten.add.Tensor)`.
 pub fn describe(g: &Graph, n: NodeId) -> String {
     let node = &g.nodes[n];
-    format!("node {n} '{}' ({})", node.name, node.op_name())
+    format!(
+        "node {n} '{}' ({})",
+        fxhlo_ir::quote_name(&node.name),
+        fxhlo_ir::quote_name(&node.op_name())
+    )
 }
 
 fn static_shape(g: &Graph, v: ValueRef) -> Result<Vec<usize>, String> {

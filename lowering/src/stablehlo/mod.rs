@@ -43,7 +43,7 @@ pub struct EmitOptions {
 #[derive(Debug, Error)]
 pub enum LowerError {
     /// A node that cannot be lowered, named.
-    #[error("node {index} '{name}' ({op}): {msg}")]
+    #[error("node {index} '{}' ({}): {msg}", fxhlo_ir::quote_name(.name), fxhlo_ir::quote_name(.op))]
     Node {
         /// Position in the graph.
         index: usize,

@@ -317,8 +317,19 @@ pub(crate) fn avg_pool_backward(cx: &mut Cx) -> R<V> {
     Ok(em.convert(&v, x.dtype))
 }
 
-fn adaptive_matrix(inn: i64, out: i64) -> Vec<f32> {
-    let mut m = vec![0f32; (out * inn) as usize];
+fn adaptive_matrix(inn: i64, out: i64) -> R<Vec<f32>> {
+    // The matrix is held in memory and then printed as a constant (each element as text, up
+    // to ~16 bytes): both are checked against the allocation budget before anything is
+    // allocated ([2^31, 2] asked for 32 GiB).
+    let n = inn
+        .checked_mul(out)
+        .filter(|_| inn >= 0 && out >= 0)
+        .ok_or_else(|| format!("adaptive pooling matrix {out} x {inn}: the size overflows"))?;
+    fxhlo_ir::budget::check_elems(n as u64, 4 + 16, || {
+        format!("the adaptive pooling matrix of {out} x {inn} elements")
+    })
+    .map_err(|e| e.to_string())?;
+    let mut m = vec![0f32; n as usize];
     for o in 0..out {
         let s = (o * inn) / out;
         let e = ((o + 1) * inn + out - 1) / out;
@@ -326,7 +337,7 @@ fn adaptive_matrix(inn: i64, out: i64) -> Vec<f32> {
             m[(o * inn + j) as usize] = 1.0 / (e - s) as f32;
         }
     }
-    m
+    Ok(m)
 }
 
 /// `_adaptive_avg_pool{2,3}d`.
@@ -338,7 +349,7 @@ pub(crate) fn adaptive_avg_pool(cx: &mut Cx) -> R<V> {
     let lead = x.rank() - n;
     let mut v = em.convert(&x, opmath(x.dtype));
     for i in 0..n {
-        let m = adaptive_matrix(x.shape[lead + i], os[lead + i]);
+        let m = adaptive_matrix(x.shape[lead + i], os[lead + i])?;
         v = apply_matrix(em, &v, lead + i, &m, os[lead + i]);
     }
     Ok(em.convert(&v, x.dtype))
@@ -354,7 +365,7 @@ pub(crate) fn adaptive_avg_pool_backward(cx: &mut Cx) -> R<V> {
     let mut v = em.convert(&g, opmath(x.dtype));
     for i in 0..n {
         let (inn, out) = (x.shape[lead + i], g.shape[lead + i]);
-        let m = adaptive_matrix(inn, out);
+        let m = adaptive_matrix(inn, out)?;
         let t = transpose_matrix(&m, out, inn);
         v = apply_matrix(em, &v, lead + i, &t, inn);
     }

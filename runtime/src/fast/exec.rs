@@ -239,7 +239,7 @@ pub struct ExecOptions {
     /// Worker threads; `None`: `FXHLO_NUM_THREADS` if set, else every core.
     pub threads: Option<usize>,
     /// Refuse programs whose memory plan needs more bytes than this at peak (default: the
-    /// machine's physical memory).
+    /// process's allocation budget, [`fxhlo_ir::budget::limit`]).
     pub max_memory: Option<u64>,
 }
 
@@ -280,17 +280,11 @@ pub fn check_threads(threads: usize) -> Result<usize, String> {
     }
 }
 
-/// The default limit on a program's peak memory: the machine's physical memory (from
-/// `/proc/meminfo`), else 16 GiB.
+/// The default limit on a program's peak memory: the process's allocation budget
+/// ([`fxhlo_ir::budget::limit`]: `--max-memory`, else the smallest of the address-space
+/// limit, the cgroup limit and physical memory).
 pub fn default_memory_limit() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            kb.checked_mul(1024)
-        })
-        .unwrap_or(16 << 30)
+    fxhlo_ir::budget::limit()
 }
 
 fn step_err(i: usize, s: &Step, msg: impl Into<String>) -> RuntimeError {

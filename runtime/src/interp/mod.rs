@@ -41,6 +41,10 @@ pub struct Options {
     /// Largest tensor the interpreter may create, in bytes of its internal representation
     /// (8 bytes per element). Larger results are an error, not an allocation failure.
     pub max_tensor_bytes: usize,
+    /// Largest sum of the tensors alive at once (inputs, weights, results not yet freed), in
+    /// the same bytes, checked before each node's results are allocated (default: the
+    /// process's allocation budget, [`fxhlo_ir::budget::limit`]).
+    pub max_live_bytes: u64,
 }
 
 impl Default for Options {
@@ -48,8 +52,16 @@ impl Default for Options {
         Options {
             seed: 0,
             max_tensor_bytes: 1 << 32,
+            max_live_bytes: fxhlo_ir::budget::limit(),
         }
     }
+}
+
+/// Bytes of tensors in the interpreter's representation (8 per element).
+fn live_bytes(ts: &[Tensor]) -> u64 {
+    ts.iter()
+        .map(|t| (t.numel() as u64).saturating_mul(8))
+        .fold(0, u64::saturating_add)
 }
 
 /// Runs `model` on `inputs` (keyed by the names of the graph's user input nodes) and returns the
@@ -112,6 +124,7 @@ pub fn eval(
         }
     }
     let mut env: Vec<Option<Vec<Tensor>>> = vec![None; g.nodes.len()];
+    let mut live = fxhlo_ir::budget::Tally::with_limit(opts.max_live_bytes);
     for (i, node) in g.nodes.iter().enumerate() {
         let vals = match &node.kind {
             NodeKind::Input {
@@ -132,11 +145,21 @@ pub fn eval(
                 msg: "op is not supported by the reference interpreter (it is not in the op table)"
                     .into(),
             }),
-            NodeKind::Op(op) => exec(i, node, *op, &env, opts)?,
+            NodeKind::Op(op) => exec(i, node, *op, &env, opts, &mut live)?,
         };
+        if !matches!(node.kind, NodeKind::Op(_)) {
+            // Inputs and weights (exec counts an op's results before it allocates them).
+            let bytes = live_bytes(&vals);
+            live.add(bytes, || {
+                format!("input '{}'", fxhlo_ir::quote_name(&node.name))
+            })
+            .map_err(|e| RuntimeError::Graph(e.to_string()))?;
+        }
         env[i] = Some(vals);
         for &j in &frees[i] {
-            env[j] = None;
+            if let Some(ts) = env[j].take() {
+                live.sub(live_bytes(&ts));
+            }
         }
     }
     let mut outs = Vec::with_capacity(g.outputs.len());
@@ -238,6 +261,7 @@ fn exec(
     op: Op,
     env: &[Option<Vec<Tensor>>],
     opts: &Options,
+    live: &mut fxhlo_ir::budget::Tally,
 ) -> Result<Vec<Tensor>, RuntimeError> {
     let err = |msg: String| RuntimeError::Node {
         index,
@@ -307,6 +331,16 @@ fn exec(
             )));
         }
     }
+    // The results join the tensors alive now: their sum is checked before they exist.
+    let result_bytes = out
+        .iter()
+        .map(|t| {
+            t.numel()
+                .map_or(u64::MAX, |n| (n.max(0) as u64).saturating_mul(8))
+        })
+        .fold(0, u64::saturating_add);
+    live.add(result_bytes, || "the results".into())
+        .map_err(|e| err(e.to_string()))?;
     let cx = Ctx {
         node,
         op,
