@@ -113,10 +113,6 @@ def _image(batch, c, h, w, i):
     return _torch().randn(batch, c, h, w, generator=_gen(i))
 
 
-class _Out(object):
-    pass
-
-
 def _wrap(fn_name: str, model, pick: Callable):
     """A module whose forward calls ``model`` and returns ``pick(out)`` (tensors only)."""
     torch = _torch()
@@ -427,7 +423,8 @@ def _models() -> List[Model]:
         return (_image(b, 3, h, w, i), _image(b, 3, h, w, 10 + i))
     ms.append(Model(
         "raft_small", "optical flow", "torchvision",
-        "raft_small, full, 3 flow updates (default 12); batch 1 x 3 x 128 x 128 pairs (its least size)",
+        "raft_small, full, 3 flow updates (default 12); batch 1 x 3 x 128 x 128 pairs (its "
+        "least size)",
         lambda: _wrap("raft_small", _no_dropout(
             (_torch().manual_seed(0), tvm().optical_flow.raft_small(weights=None))[1]),
             lambda m, a, b: m(a, b, num_flow_updates=3)[-1]),
