@@ -16,9 +16,9 @@ Paths (each model lists those that apply to it):
 * ``train``: one training step (outputs dotted with fixed random weights, ``backward``): the
   loss and every parameter's gradient against eager, rtol 1e-3 atol 1e-4.  Models marked
   ``ill_conditioned`` (batch-norm CNNs in train mode at a tiny batch, whose f32 gradients differ
-  from float64 ones as much as fxhlo's differ from eager's) are judged against a float64 eager
-  run where they miss eager's tolerance: fxhlo's largest error against float64 may be at most
-  ``F64_FACTOR`` times eager's.
+  from float64 ones by up to several percent, eager's too) are judged against a float64 eager
+  run where gradients miss eager's tolerance: the relative L2 error of all of fxhlo's
+  gradients against it may be at most ``F64_FACTOR`` times eager's.
 * ``dynamic``: one compiled model called with three input shapes in turn, each against eager.
 * ``bf16``: the model and its float inputs in bfloat16, compiled, judged against a float64
   eager run: fxhlo's largest error against it at most ``F64_FACTOR`` times eager's bf16 error,
@@ -111,10 +111,6 @@ def _ids(batch, seq, vocab, i):
 
 def _image(batch, c, h, w, i):
     return _torch().randn(batch, c, h, w, generator=_gen(i))
-
-
-class _Out(object):
-    pass
 
 
 def _wrap(fn_name: str, model, pick: Callable):
@@ -427,7 +423,8 @@ def _models() -> List[Model]:
         return (_image(b, 3, h, w, i), _image(b, 3, h, w, 10 + i))
     ms.append(Model(
         "raft_small", "optical flow", "torchvision",
-        "raft_small, full, 3 flow updates (default 12); batch 1 x 3 x 128 x 128 pairs (its least size)",
+        "raft_small, full, 3 flow updates (default 12); batch 1 x 3 x 128 x 128 pairs (its "
+        "least size)",
         lambda: _wrap("raft_small", _no_dropout(
             (_torch().manual_seed(0), tvm().optical_flow.raft_small(weights=None))[1]),
             lambda m, a, b: m(a, b, num_flow_updates=3)[-1]),
@@ -1176,10 +1173,21 @@ def main(argv=None) -> int:
     ap.add_argument("--table", help="write the markdown table (e.g. docs/zoo.md)")
     ap.add_argument("--header", help="a file whose text goes under the table's title")
     ap.add_argument("--list", action="store_true", help="list the models and their paths")
+    ap.add_argument("--render", metavar="RESULTS_JSON",
+                    help="write --table from the results of an earlier run (--out) instead of "
+                         "running; the table keeps that run's command")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         worker_main()
+        return 0
+    if a.render:
+        with open(a.render) as f:
+            d = json.load(f)
+        header = open(a.header).read() if a.header else ""
+        with open(a.table or "/dev/stdout", "w") as f:
+            f.write(table(d["results"], d.get("command", "python -m fxhlo.zoo"), d["seconds"],
+                          header))
         return 0
     ms = models()
     if a.list:
@@ -1202,12 +1210,11 @@ def main(argv=None) -> int:
               f"{r['status']} {r.get('detail', '')[:150]}", flush=True)
     results = run_pool(tasks, a.jobs, a.timeout, progress)
     secs = time.perf_counter() - t0
+    cmd = "python -m fxhlo.zoo " + " ".join(argv if argv is not None else sys.argv[1:])
     if a.out:
         with open(a.out, "w") as f:
-            json.dump(dict(seconds=secs, results=results), f, indent=1)
+            json.dump(dict(command=cmd, seconds=secs, results=results), f, indent=1)
     if a.table:
-        cmd = "python -m fxhlo.zoo " + " ".join(
-            x for x in (argv if argv is not None else sys.argv[1:]))
         header = open(a.header).read() if a.header else ""
         with open(a.table, "w") as f:
             f.write(table(results, cmd, secs, header))
