@@ -217,7 +217,14 @@ impl Compiled {
                 .collect();
             exec.run_raw(&ins, &mut outs)
         })
-        .map_err(exec_err)
+        .map_err(|e| match e {
+            // The runtime's buffers are allocated fallibly: near the memory limit a call raises
+            // MemoryError (which the backend can catch) instead of aborting the process.
+            fxhlo_runtime::RuntimeError::OutOfMemory(m) => {
+                pyo3::exceptions::PyMemoryError::new_err(m)
+            }
+            e => exec_err(e),
+        })
     }
 
     /// The artifact's bytes (what the compile cache stores; load with `load_artifact`).

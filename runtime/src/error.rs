@@ -71,6 +71,9 @@ pub enum RuntimeError {
     /// A problem with the graph as a whole.
     #[error("graph: {0}")]
     Graph(String),
+    /// An allocation of the runtime failed (the process is near its memory limit).
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
     /// A setting the runtime cannot honour (a thread count out of range).
     #[error("{0}")]
     Options(String),

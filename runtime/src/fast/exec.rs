@@ -3,7 +3,9 @@
 use super::artifact::Artifact;
 use super::expr::Expr;
 use super::gemm::Tile;
-use super::memory::{grow_zeroed, line_zeros, ElemKind, LineVec, Loc, MemoryPlan};
+#[cfg(test)]
+use super::memory::grow_zeroed;
+use super::memory::{try_grow_zeroed, ElemKind, LineVec, Loc, MemoryPlan};
 use super::program::{Epilogue, Kernel, Program, Step, TensorSpec};
 use super::{Dst, Src};
 use crate::interp::{self, Data, Tensor};
@@ -41,15 +43,20 @@ impl Buf {
         }
     }
 
-    /// A zeroed buffer for `spec`.
-    fn for_spec(spec: &TensorSpec) -> Buf {
-        let n = spec.numel();
-        match ElemKind::of(spec.dtype) {
-            Some(ElemKind::F32) => Buf::F32(line_zeros(n)),
-            Some(ElemKind::I64) => Buf::I64(line_zeros(n)),
-            Some(ElemKind::Bool) => Buf::Bool(line_zeros(n)),
-            None => Buf::T(Tensor::zeros(spec.dtype, spec.shape.clone())),
+    /// A zeroed buffer for `spec`, reporting an allocation failure of the fast kinds.
+    fn try_for_spec(spec: &TensorSpec) -> Result<Buf, String> {
+        fn zeros<T: bytemuck::Zeroable + Copy>(n: usize) -> Result<LineVec<T>, String> {
+            let mut v = LineVec::new(64);
+            try_grow_zeroed(&mut v, n)?;
+            Ok(v)
         }
+        let n = spec.numel();
+        Ok(match ElemKind::of(spec.dtype) {
+            Some(ElemKind::F32) => Buf::F32(zeros(n)?),
+            Some(ElemKind::I64) => Buf::I64(zeros(n)?),
+            Some(ElemKind::Bool) => Buf::Bool(zeros(n)?),
+            None => Buf::T(Tensor::zeros(spec.dtype, spec.shape.clone())),
+        })
     }
 
     fn from_host(h: &HostTensor) -> Result<Buf, String> {
@@ -614,7 +621,8 @@ impl Executor {
                     Loc::Arena(b) => {
                         // Taken out with its initialized length (left 0 should the step fail).
                         let mut buf = std::mem::replace(&mut arena[b], Buf::Bool(LineVec::new(64)));
-                        resize(&mut buf, spec.numel(), &mut high[b]);
+                        try_resize(&mut buf, spec.numel(), &mut high[b])
+                            .map_err(RuntimeError::OutOfMemory)?;
                         DstBuf::Arena(b, buf, std::mem::take(&mut high[b]))
                     }
                     // Never written: the kernel computes it into the epilogue's result.
@@ -622,10 +630,14 @@ impl Executor {
                     Loc::Output(k) => match out_slots[k].take() {
                         Some(OutSlot::F32(f)) => DstBuf::OutF32(k, f),
                         Some(OutSlot::I64(f)) => DstBuf::OutI64(k, f),
-                        Some(OutSlot::Bytes(b)) => DstBuf::OutBytes(k, b, Buf::for_spec(spec)),
+                        Some(OutSlot::Bytes(b)) => DstBuf::OutBytes(
+                            k,
+                            b,
+                            Buf::try_for_spec(spec).map_err(RuntimeError::OutOfMemory)?,
+                        ),
                         None => return Err(step_err(i, step, "output written twice")),
                     },
-                    _ => DstBuf::Owned(Buf::for_spec(spec)),
+                    _ => DstBuf::Owned(Buf::try_for_spec(spec).map_err(RuntimeError::OutOfMemory)?),
                 };
                 dst_bufs.push(d);
             }
@@ -1456,7 +1468,8 @@ fn same_type(t: &fxhlo_ir::TensorType, s: &TensorSpec) -> bool {
 /// Gives an arena buffer `n` elements. Its first `*init` elements hold values written before
 /// (a shorter length left them in place): within them only the length changes, beyond them the
 /// buffer is zero-filled and `*init` grows. Every kernel writes all of its result, so the old
-/// values are never read.
+/// values are never read. (Runs use [`try_resize`]; this is its infallible form for tests.)
+#[cfg(test)]
 fn resize(b: &mut Buf, n: usize, init: &mut usize) {
     fn set<T: bytemuck::Zeroable + Copy>(v: &mut LineVec<T>, n: usize, init: &mut usize) {
         if n <= *init && n <= v.capacity() {
@@ -1475,6 +1488,32 @@ fn resize(b: &mut Buf, n: usize, init: &mut usize) {
         Buf::I64(v) => set(v, n, init),
         Buf::Bool(v) => set(v, n, init),
         Buf::T(_) => {}
+    }
+}
+
+/// [`resize`] reporting an allocation failure (the arena's buffers are a run's largest
+/// allocations) instead of aborting.
+fn try_resize(b: &mut Buf, n: usize, init: &mut usize) -> Result<(), String> {
+    fn set<T: bytemuck::Zeroable + Copy>(
+        v: &mut LineVec<T>,
+        n: usize,
+        init: &mut usize,
+    ) -> Result<(), String> {
+        if n <= *init && n <= v.capacity() {
+            // SAFETY: as in `resize`: the first `*init` elements were initialized before.
+            unsafe { v.set_len(n) };
+        } else {
+            v.truncate(n);
+            try_grow_zeroed(v, n)?;
+            *init = n;
+        }
+        Ok(())
+    }
+    match b {
+        Buf::F32(v) => set(v, n, init),
+        Buf::I64(v) => set(v, n, init),
+        Buf::Bool(v) => set(v, n, init),
+        Buf::T(_) => Ok(()),
     }
 }
 

@@ -44,6 +44,25 @@ pub fn grow_zeroed<T: bytemuck::Zeroable + Copy>(v: &mut LineVec<T>, n: usize) {
     }
 }
 
+/// [`grow_zeroed`] that reports an allocation failure instead of aborting the process (a run
+/// near the memory limit, from Python: raised as `MemoryError`).
+pub fn try_grow_zeroed<T: bytemuck::Zeroable + Copy>(
+    v: &mut LineVec<T>,
+    n: usize,
+) -> Result<(), String> {
+    let len = v.len();
+    if n > len {
+        v.try_reserve(n - len).map_err(|e| {
+            format!(
+                "cannot allocate {n} elements of {} bytes: {e:?}",
+                std::mem::size_of::<T>()
+            )
+        })?;
+    }
+    grow_zeroed(v, n);
+    Ok(())
+}
+
 /// Element kinds the arena holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ElemKind {
