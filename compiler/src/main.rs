@@ -44,20 +44,7 @@ macro_rules! err {
 /// hold a newline), at most 4096 characters (names are quoted shortened by
 /// `fxhlo_ir::quote_name`; this bounds what any other text adds).
 fn one_line(msg: &str) -> String {
-    const MAX: usize = 4096;
-    let mut out = String::new();
-    for (i, c) in msg.chars().enumerate() {
-        if i == MAX {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    fxhlo_ir::escape_cut(msg, 4096)
 }
 
 fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), DriverError> {

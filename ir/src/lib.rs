@@ -24,10 +24,15 @@ pub use types::{Dim, TensorType};
 /// A name as error messages quote it: control characters escaped (a newline is `\n`, so a
 /// message stays one line) and at most 80 characters, then `…` (a 50 MB name is not echoed).
 pub fn quote_name(name: &str) -> String {
-    const MAX: usize = 80;
+    escape_cut(name, 80)
+}
+
+/// `text` with control characters escaped and cut after `max` characters (then `…`): one
+/// line of bounded length, for names in errors ([`quote_name`]) and whole error lines.
+pub fn escape_cut(text: &str, max: usize) -> String {
     let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if i == MAX {
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
             out.push('…');
             break;
         }
