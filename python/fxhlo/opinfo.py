@@ -84,11 +84,9 @@ def opinfo_name(op) -> str:
 
 
 def _err(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    msg = lines[0] if lines else ""
-    if len(msg) > 300:
-        msg = msg[:297] + "..."
-    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    """An exception as one short line (the backend's own rule, ``fxhlo.backend._why``)."""
+    from .backend import _why  # imports torch: not at module level
+    return _why(e)
 
 
 # ----------------------------------------------------------------------------------------
