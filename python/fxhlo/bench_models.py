@@ -18,11 +18,13 @@ Peers (inference, f32, ``torch.no_grad()``, the same thread count for all):
   provider with the same intra-op thread count;
 * ``fxhlo``: ``torch.compile(backend="fxhlo")`` with its defaults (freezing on).
 
-Each model runs in its own worker process.  There every peer is prepared in turn (its
-"first call": compile or export plus one call, timed, after Dynamo was warmed up on a tiny
-module so that no peer pays the imports for the others) and checked against eager; then the
-timed calls come in rounds in which the peers take turns in a rotating order, so that a slow
-stretch of a shared machine falls on every peer alike.  Reported: the median latency per peer,
+Each peer runs in its own worker process beside eager, so that no peer's settings or
+caches reach another (Inductor's ``freezing`` flag changes how Dynamo captures parameters;
+Dynamo caches compiled code per forward).  There the peer is prepared (its "first call":
+compile or export plus one call, timed, after Dynamo was warmed up on a tiny module) and
+checked against eager; then the timed calls come in rounds in which the peer and eager take
+turns.  Eager's column is the median over all those processes.  Peers are not interleaved
+with each other: run on a quiet machine.  Reported: the median latency per peer,
 the ratio peer ms / fxhlo ms (> 1: fxhlo faster), the geometric mean of the ratios per peer,
 each peer's first-call time and fxhlo's own compile time per graph (``fxhlo.stats()``).  A peer
 that fails reads ``error: <reason>`` and the run goes on.
@@ -311,18 +313,33 @@ def main(argv=None) -> int:
     records = []
     for name in models:
         for batch in (int(b) for b in args.batches.split(",")):
-            print(f"[bench_models] {name} batch {batch}", file=sys.stderr, flush=True)
-            try:
-                r = subprocess.run(_worker_cmd(name, batch, peers, args.threads, args.rounds,
-                                               args.calls), env=_env(args.threads),
-                                   capture_output=True, text=True, timeout=args.timeout)
-                line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
-                rec = json.loads(line[7:]) if line else {
-                    "model": name, "batch": batch, "peers": {},
-                    "error": (r.stderr.strip().splitlines() or ["no output"])[-1][:120]}
-            except subprocess.TimeoutExpired:
-                rec = {"model": name, "batch": batch, "peers": {},
-                       "error": f"timed out after {args.timeout:.0f} s"}
+            rec: Dict[str, Any] = {"model": name, "batch": batch, "peers": {}}
+            eager_ms: List[float] = []
+            # every peer in its own process beside eager: no peer's compiler settings or
+            # caches (Inductor's freezing flag, Dynamo's cache of the same forward) reach another
+            for peer in peers:
+                print(f"[bench_models] {name} batch {batch}: {peer}", file=sys.stderr, flush=True)
+                pair = ["eager"] if peer == "eager" else ["eager", peer]
+                try:
+                    r = subprocess.run(_worker_cmd(name, batch, pair, args.threads, args.rounds,
+                                                   args.calls), env=_env(args.threads),
+                                       capture_output=True, text=True, timeout=args.timeout)
+                    line = next((x for x in r.stdout.splitlines()
+                                 if x.startswith("RESULT ")), None)
+                    if line is None:
+                        err = (r.stderr.strip().splitlines() or ["no output"])[-1][:120]
+                        rec["peers"][peer] = {"error": err}
+                        continue
+                    got = json.loads(line[7:])["peers"]
+                    if "ms" in got.get("eager", {}):
+                        eager_ms.append(got["eager"]["ms"])
+                    if peer != "eager":
+                        rec["peers"][peer] = got.get(peer, {"error": "no record"})
+                except subprocess.TimeoutExpired:
+                    rec["peers"][peer] = {"error": f"timed out after {args.timeout:.0f} s"}
+            if "eager" in peers:
+                rec["peers"]["eager"] = ({"ms": statistics.median(eager_ms), "runs": eager_ms}
+                                         if eager_ms else {"error": "no eager run"})
             records.append(rec)
             print(json.dumps(rec), file=sys.stderr, flush=True)
     text = report(records, peers, " ".join(argv if argv is not None else sys.argv[1:]))
