@@ -176,8 +176,9 @@ pub(crate) fn unary(cx: &mut Cx, op: Op) -> R<V> {
     }))
 }
 
-/// Lowers a binary special function of `self` and `other` (`special_zeta`).
-pub(crate) fn binary(cx: &mut Cx, op: Op) -> R<V> {
+/// `self` and `other` converted to the result's dtype and broadcast to its shape, and that
+/// dtype: the operands of the binary ops of this file.
+fn self_other(cx: &mut Cx) -> R<(V, V, fxhlo_ir::DType)> {
     let (a, b) = (cx.t("self")?, cx.t("other")?);
     let od = cx.out_dtype(0);
     let shape = cx.out_shape(0)?;
@@ -186,6 +187,13 @@ pub(crate) fn binary(cx: &mut Cx, op: Op) -> R<V> {
     let a = em.bcast_to(&a, &shape);
     let b = em.convert(&b, od);
     let b = em.bcast_to(&b, &shape);
+    Ok((a, b, od))
+}
+
+/// Lowers a binary special function of `self` and `other` (`special_zeta`).
+pub(crate) fn binary(cx: &mut Cx, op: Op) -> R<V> {
+    let (a, b, od) = self_other(cx)?;
+    let em = &mut *cx.em;
     let cd = super::opmath(od);
     let (a, b) = (em.convert(&a, cd), em.convert(&b, cd));
     let r = match op {
@@ -227,14 +235,8 @@ pub(crate) fn signbit(cx: &mut Cx) -> R<V> {
 
 /// `copysign(self, other)`: `|self|` with the sign bit of `other`, in the result dtype.
 pub(crate) fn copysign(cx: &mut Cx) -> R<V> {
-    let (a, b) = (cx.t("self")?, cx.t("other")?);
-    let od = cx.out_dtype(0);
-    let shape = cx.out_shape(0)?;
+    let (a, b, _) = self_other(cx)?;
     let em = &mut *cx.em;
-    let a = em.convert(&a, od);
-    let a = em.bcast_to(&a, &shape);
-    let b = em.convert(&b, od);
-    let b = em.bcast_to(&b, &shape);
     let m = em.unary("abs", &a);
     let n = em.unary("negate", &m);
     let s = sign_bit(em, &b);
@@ -243,13 +245,7 @@ pub(crate) fn copysign(cx: &mut Cx) -> R<V> {
 
 /// `nextafter(self, other)`: `chlo.next_after` in the result dtype.
 pub(crate) fn nextafter(cx: &mut Cx) -> R<V> {
-    let (a, b) = (cx.t("self")?, cx.t("other")?);
-    let od = cx.out_dtype(0);
-    let shape = cx.out_shape(0)?;
+    let (a, b, _) = self_other(cx)?;
     let em = &mut *cx.em;
-    let a = em.convert(&a, od);
-    let a = em.bcast_to(&a, &shape);
-    let b = em.convert(&b, od);
-    let b = em.bcast_to(&b, &shape);
     Ok(chlo2(em, "next_after", &a, &b))
 }
