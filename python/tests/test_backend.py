@@ -36,14 +36,8 @@ KNOWN_COMPILER_FAILURES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
-    """Every test: fresh Dynamo caches, zeroed backend counters, a private compile cache."""
-    monkeypatch.setenv("FXHLO_CACHE_DIR", str(tmp_path / "cache"))
-    torch._dynamo.reset()
-    STATS.reset()
-    yield
-    torch._dynamo.reset()
+# every test: fresh Dynamo caches, zeroed backend counters, a private compile cache
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _flat(out):

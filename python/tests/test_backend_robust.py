@@ -32,14 +32,8 @@ F = torch.nn.functional
 RTOL, ATOL = 1e-4, 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
-    """Every test: fresh Dynamo caches, zeroed backend counters, a private compile cache."""
-    monkeypatch.setenv("FXHLO_CACHE_DIR", str(tmp_path / "cache"))
-    torch._dynamo.reset()
-    STATS.reset()
-    yield
-    torch._dynamo.reset()
+# every test: fresh Dynamo caches, zeroed backend counters, a private compile cache
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 class Warned:

@@ -39,12 +39,8 @@ def _frozen_counts():
     return {k: g["frozen"] for k, g in fxhlo.stats()["graphs"].items()}
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    STATS.reset()
-    yield
-    torch._dynamo.reset()
+# every test: fresh Dynamo caches, zeroed backend counters, a private compile cache
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _compile(m, **opts):
