@@ -43,6 +43,8 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .bench import time_calls
+
 PEERS = ("eager", "inductor", "inductor-freezing", "openvino", "onnxruntime", "fxhlo")
 
 # name -> (what it is, at which size)
@@ -107,12 +109,7 @@ class _FirstTensor:
 
 
 def _median_ms(fn: Callable[[], Any], n: int) -> float:
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+    return statistics.median(time_calls(fn, n, warmup=0))
 
 
 def _prepare(peer: str, model, inputs, threads: int, tmp: str) -> Callable[[], Any]:
