@@ -94,10 +94,10 @@ pub fn dot(g: &Graph, overlay: &Overlay, clusters: bool) -> String {
         if let (Some(k), false) = (k, clusters) {
             let _ = write!(label, "\\n[kernel {k}: {}]", kinds[k]);
         }
-        let line = format!("  n{i} [label=\"{label}\", {attrs}];\n");
-        body.entry(if clusters { k } else { None })
-            .or_default()
-            .push_str(&line);
+        let group = if clusters { k } else { None };
+        let indent = if group.is_some() { "    " } else { "  " };
+        let line = format!("{indent}n{i} [label=\"{label}\", {attrs}];\n");
+        body.entry(group).or_default().push_str(&line);
     }
     for (k, lines) in &body {
         match k {
@@ -107,7 +107,7 @@ pub fn dot(g: &Graph, overlay: &Overlay, clusters: bool) -> String {
                     "  subgraph cluster_{k} {{\n    label=\"kernel {k}: {}\";\n    style=filled;\n    color=\"{}\";\n{}  }}\n",
                     kinds[*k],
                     COLOURS[k % COLOURS.len()],
-                    lines.replace("\n  n", "\n    n").replacen("  n", "    n", 1)
+                    lines
                 );
             }
             None => out.push_str(lines),
