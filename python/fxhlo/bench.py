@@ -467,7 +467,8 @@ def xla_times(folder: str, mlir: str, iters: int, warmup: int, timeout: float) -
 def _worker(args: List[str], timeout: float) -> Dict[str, Any]:
     cmd = [sys.executable, "-m", "fxhlo.bench", "--_worker"] + args
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python")] +
+    # The folder holding this fxhlo package, so the worker imports the same one.
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1])] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

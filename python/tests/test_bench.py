@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-PYDIR = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(PYDIR))
-
 torch = pytest.importorskip("torch")
 from fxhlo import bench  # noqa: E402
+
+# The folder holding the fxhlo package these tests imported (installed, or a checkout on the
+# path): the benchmark's subprocess runs that same package.
+PKGROOT = Path(bench.__file__).resolve().parents[1]
 
 NCOLS = len(bench.COLUMNS)
 
@@ -30,12 +31,12 @@ def run_bench(tmp_path, *args, env=None):
     out = tmp_path / "bench.md"
     js = tmp_path / "bench.json"
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(PYDIR)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH")
-                                                      else []))
+    e["PYTHONPATH"] = os.pathsep.join([str(PKGROOT)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH")
+                                                       else []))
     e.update(env or {})
     cmd = [sys.executable, "-m", "fxhlo.bench", "--quick", "--iters", "1", "--warmup", "1",
            "--threads", "1", "--out", str(out), "--json", str(js), *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=PYDIR, timeout=1800)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=tmp_path, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     md = out.read_text()
     assert md == r.stdout

@@ -6,14 +6,8 @@ Run: PYTHONPATH=python python -m pytest python/tests -q
 import json
 import math
 import os
-import sys
 
 import pytest
-
-try:
-    import fxhlo  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")

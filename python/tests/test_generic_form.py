@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fxhlo.testing import xla  # noqa: E402
 import test_ops_xla as sweep  # noqa: E402

@@ -6,12 +6,10 @@ per-dtype tolerance of ``fxhlo.testing.xla``).
     PYTHONPATH=python python -m pytest python/tests/test_models_xla.py -q
 """
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fxhlo.testing import xla  # noqa: E402
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
