@@ -83,6 +83,22 @@ def test_classify_errors():
     assert opinfo.classify_error(KeyError("x"))["status"] == "crash"
 
 
+def _fxhlo_file():
+    import fxhlo
+    return fxhlo.__file__
+
+
+def test_spawned_workers_import_the_parents_fxhlo():
+    """The harness's workers are spawned: they start from this process's sys.path, and must
+    import the same fxhlo package (a test that puts the checkout's python/ first would make
+    them import one without its native module)."""
+    import multiprocessing as mp
+
+    import fxhlo
+    with mp.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(_fxhlo_file) == fxhlo.__file__
+
+
 def test_harness_with_aot_eager_and_a_dying_worker():
     """With backend aot_eager every counted sample passes (the harness judges nothing
     wrongly); a worker that dies in the backend is a crash record, and the run goes on."""

@@ -35,7 +35,6 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fxhlo import dump as fxdump  # noqa: E402
 from fxhlo.testing import xla  # noqa: E402
 
