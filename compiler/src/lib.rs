@@ -2,6 +2,7 @@
 //! The `fxhlo` binary (`main.rs`) is a thin clap layer over these functions.
 #![warn(missing_docs)]
 
+pub mod lockstep;
 pub mod opsdoc;
 pub mod picture;
 

@@ -190,6 +190,30 @@ enum Cmd {
         #[command(flatten)]
         runtime: RuntimeArgs,
     },
+    /// Find the first node whose value differs between the fast runtime and the reference
+    /// interpreter (a lockstep numerics debugger; docs/compare.md).
+    Compare {
+        /// A fxjson file, a testdata folder or a .pt2 archive.
+        model: PathBuf,
+        /// Inputs (safetensors), keyed by the user-input names; default: a testdata folder's
+        /// inputs.safetensors.
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Relative tolerance (default: per dtype, docs/numerics.md).
+        #[arg(long, requires = "atol")]
+        rtol: Option<f64>,
+        /// Absolute tolerance.
+        #[arg(long, requires = "rtol")]
+        atol: Option<f64>,
+        /// Print every value, not only the first outside tolerance.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Worker threads of the fast runtime (default: FXHLO_NUM_THREADS, else every core).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// Optimize a model with a pass pipeline and print the resulting IR.
     Opt {
         /// A fxjson file, a testdata folder or a .pt2 archive.
@@ -638,6 +662,99 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 }
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Compare {
+            model,
+            inputs,
+            rtol,
+            atol,
+            all,
+            pipeline,
+            threads,
+        } => {
+            let m = load_model(&model)?;
+            let inputs = match inputs {
+                Some(p) => read_safetensors(&p)?,
+                None if model.is_dir() => read_safetensors(&model.join("inputs.safetensors"))?,
+                None => {
+                    return Err(DriverError::Other(
+                        "compare: --inputs is required unless MODEL is a testdata folder".into(),
+                    ))
+                }
+            };
+            let tol = rtol.zip(atol).map(|(rtol, atol)| Tolerance { rtol, atol });
+            let r =
+                fxhlo::lockstep::compare_nodes(&m, &inputs, &pipeline.options(2), threads, tol)?;
+            let bad_outs = r.outputs.iter().filter(|c| !c.ok()).count();
+            outln!(
+                "outputs of the compiled program: {} of {} within tolerance",
+                r.outputs.len() - bad_outs,
+                r.outputs.len()
+            );
+            for c in r.outputs.iter().filter(|c| !c.ok()) {
+                outln!(
+                    "  {}: max abs error {:.3e}, max rel {:.3e}, {} of {} elements out{}",
+                    c.name,
+                    c.max_abs,
+                    c.max_rel,
+                    c.bad,
+                    c.numel,
+                    c.mismatch
+                        .as_ref()
+                        .map(|m| format!(" ({m})"))
+                        .unwrap_or_default()
+                );
+            }
+            if all {
+                for v in &r.values {
+                    outln!(
+                        "  {:<6} {} = {} {}: max abs {:.3e}, max rel {:.3e}",
+                        if v.cmp.ok() { "ok" } else { "OUT" },
+                        fxhlo_ir::quote_name(&v.cmp.name),
+                        v.op,
+                        v.ty,
+                        v.cmp.max_abs,
+                        v.cmp.max_rel
+                    );
+                }
+            }
+            match (r.first_bad, &r.first_bad_tensors) {
+                (Some(k), Some((a, e))) => {
+                    let v = &r.values[k];
+                    outln!(
+                        "value by value ({} values, each an output of an instrumented program): \
+                         first outside tolerance: {} = {} {} (node {}, value {} of {}): \
+                         max abs error {:.3e}, max rel {:.3e}, {} of {} elements out; \
+                         tolerance rtol {:e} atol {:e}; it would need rtol {:.3e}",
+                        r.values.len(),
+                        fxhlo_ir::quote_name(&v.cmp.name),
+                        v.op,
+                        v.ty,
+                        fxhlo_ir::quote_name(&v.node),
+                        k + 1,
+                        r.values.len(),
+                        v.cmp.max_abs,
+                        v.cmp.max_rel,
+                        v.cmp.bad,
+                        v.cmp.numel,
+                        v.tol.rtol,
+                        v.tol.atol,
+                        v.needed_rtol(a, e)
+                    );
+                    Ok(ExitCode::from(1))
+                }
+                _ => {
+                    outln!(
+                        "value by value: all {} values within tolerance",
+                        r.values.len()
+                    );
+                    Ok(if bad_outs == 0 {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    })
+                }
+            }
         }
         Cmd::Check {
             dir,

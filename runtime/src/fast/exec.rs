@@ -652,6 +652,8 @@ impl Executor {
                 let timed = self.profiling.load(std::sync::atomic::Ordering::Relaxed);
                 let t0 = timed.then(std::time::Instant::now);
                 self.run_step(i, step, &srcs, &mut dst_bufs)?;
+                #[cfg(feature = "fault-injection")]
+                fault_inject(p, step, &mut dst_bufs);
                 if let Some(t0) = t0 {
                     if let Ok(mut v) = self.step_secs.lock() {
                         if let Some(t) = v.get_mut(i) {
@@ -1524,6 +1526,26 @@ enum OutSlot<'a> {
 }
 
 /// A destination during a step.
+/// Test builds only (cargo feature `fault-injection`): with `FXHLO_FAULT_NODE=NAME`, the step
+/// that writes the `f32` value NAME adds `1e-2 * (1 + |x|)` to its first element, a kernel
+/// made wrong on purpose for `fxhlo compare`'s tests.
+#[cfg(feature = "fault-injection")]
+fn fault_inject(p: &Program, step: &Step, dsts: &mut [DstBuf<'_>]) {
+    let Ok(name) = std::env::var("FXHLO_FAULT_NODE") else {
+        return;
+    };
+    for (&v, d) in step.dsts.iter().zip(dsts.iter_mut()) {
+        if p.values[v as usize].name != name {
+            continue;
+        }
+        if let Some(Dst::F32(v)) = d.dst() {
+            if let Some(x) = v.first_mut() {
+                *x += 1e-2 * (1.0 + x.abs());
+            }
+        }
+    }
+}
+
 enum DstBuf<'a> {
     /// Arena buffer `b` and its initialized length.
     Arena(usize, Buf, usize),
