@@ -429,11 +429,12 @@ pub fn plan(g: &Graph) -> FusionPlan {
     }
 }
 
-/// Whether node `i` multiplies an `f32` tensor by a number (folded into a matmul's scale).
+/// Whether node `i` multiplies an `f32` (or bf16, f16) tensor by a number (folded into a
+/// matmul's scale).
 pub fn is_scale(g: &Graph, i: NodeId) -> bool {
     let n = &g.nodes[i];
     n.op() == Some(Op::MulScalar)
-        && n.results.first().is_some_and(|t| t.dtype == DType::F32)
+        && n.results.first().is_some_and(|t| matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16))
         && matches!(n.arg("other"), Some(Arg::Int(_) | Arg::Float(_)))
 }
 

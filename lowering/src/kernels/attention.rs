@@ -11,9 +11,10 @@
 //! as its operand, which saves the copy the permutation would need. Anything else stays with
 //! the separate matmul and softmax steps.
 
+use super::expr::is_f32_stored;
 use super::dense::{as_operand, matmul_spec, static_shape};
 use super::layout::Layout;
-use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
+use fxhlo_ir::{Arg, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_passes::composite::{Composite, CompositeKind};
 use fxhlo_passes::fusion::FusionPlan;
 use fxhlo_runtime::fast::attention::AttentionSpec;
@@ -114,7 +115,7 @@ fn group(
     }
     let x = tensor(g, sm, "self")?;
     let rank = g.ty(x).shape.len();
-    if !last_dim(g, sm, "dim", rank) || g.ty(x).dtype != DType::F32 {
+    if !last_dim(g, sm, "dim", rank) || !is_f32_stored(g.ty(x).dtype) {
         return None;
     }
     if let Some(w) = guard_of {
@@ -313,7 +314,7 @@ fn scores(
                 } else {
                     return None;
                 };
-                if g.ty(mk).dtype != DType::F32 || static_shape(g, s)? != sh {
+                if !is_f32_stored(g.ty(mk).dtype) || static_shape(g, s)? != sh {
                     return None;
                 }
                 mask = Some(mk);
