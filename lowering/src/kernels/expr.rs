@@ -734,12 +734,18 @@ impl<'a> Walk<'a> {
                         return Err(self.err(i, format!("conversion from {d} is not supported")));
                     }
                 };
+                // A conversion sees the value as of its type: a bf16 or f16 value computed
+                // here in f32 is rounded to its type first (a loaded one already is), and a
+                // conversion into bf16 or f16 rounds (where later instructions read it; a
+                // result is rounded when stored anyway).
+                let x = match lowp_round(in_dtype) {
+                    Some(r) if in_dtype != out_dtype && self.computed(src) => self.b.un(r, x),
+                    _ => x,
+                };
                 match lowp_round(out_dtype) {
                     _ if out_dtype == DType::Bool && in_dtype != DType::Bool => {
                         self.b.un(UnOp::ToBool, x)
                     }
-                    // Into bf16 or f16 from a type with other values: rounded here, where
-                    // later instructions read it (a result is rounded when stored anyway).
                     Some(r) if in_dtype != out_dtype && in_dtype != DType::Bool => self.b.un(r, x),
                     _ => x,
                 }
