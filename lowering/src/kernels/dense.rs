@@ -262,19 +262,21 @@ fn view_step(g: &Graph, val: ValueRef, layout: &Layout, new: &[usize]) -> Option
 }
 
 /// The values `v` may be read through, source first: `v`, then back through layout-only
-/// producers (and, with `scales`, `mul` by a number) while they keep the dtype.
+/// producers (and, with `scales`, `mul` by a number) while they keep the dtype, and through
+/// conversions of bf16 or f16 to f32 (the same f32 values where the runtime stores them).
 fn view_chain(g: &Graph, v: ValueRef, scales: bool) -> Vec<ValueRef> {
     let mut chain = vec![v];
     let mut cur = v;
     while chain.len() < 32 {
         let n = &g.nodes[cur.node];
+        let widening = fxhlo_passes::fusion::is_widening(g, cur.node);
         let view_op = match n.kind {
             NodeKind::Op(op) if op.is_strided_view() => true,
             NodeKind::Op(Op::MulScalar) => scales && fxhlo_passes::fusion::is_scale(g, cur.node),
-            _ => false,
+            _ => widening,
         };
         let src = match n.arg("self").and_then(Arg::as_tensor) {
-            Some(s) if view_op && cur.index == 0 && g.ty(s).dtype == g.ty(cur).dtype => s,
+            Some(s) if view_op && cur.index == 0 && (widening || g.ty(s).dtype == g.ty(cur).dtype) => s,
             _ => break,
         };
         if static_shape(g, src).is_none() {
