@@ -100,7 +100,10 @@ fn random_values(g: &fxhlo_ir::Graph, seed: u64) -> (Vec<(String, bool, HostTens
     (out, rng)
 }
 
-fn model(text: &str, values: &[(String, bool, HostTensor)]) -> (Model, BTreeMap<String, HostTensor>) {
+fn model(
+    text: &str,
+    values: &[(String, bool, HostTensor)],
+) -> (Model, BTreeMap<String, HostTensor>) {
     let graph = parse_graph(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let mut weights = Weights::new();
     let mut inputs = BTreeMap::new();
@@ -148,7 +151,13 @@ fn check(text: &str, d: DType, kinds: &[&str], min_exact: f64) {
     let (values, _) = random_values(&g, 17);
     let (m, inputs) = model(text, &values);
     let a = compile(&m, &CompileOptions::default()).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let steps: Vec<&str> = a.header.program.steps.iter().map(|s| s.kernel.kind()).collect();
+    let steps: Vec<&str> = a
+        .header
+        .program
+        .steps
+        .iter()
+        .map(|s| s.kernel.kind())
+        .collect();
     for s in &a.header.program.steps {
         if let Kernel::Fallback { reason, .. } = &s.kernel {
             panic!("step {} falls back: {reason}\n{text}", s.name());
@@ -170,8 +179,8 @@ fn check(text: &str, d: DType, kinds: &[&str], min_exact: f64) {
         assert!(run(t) == got, "{t} threads give other bits\n{text}");
     }
     // The reference: the graph in f64 on the same values, in the interpreter.
-    let text64 = (text.replace(&format!("{d}["), "f64["))
-        .replace(&format!("dtype={d}"), "dtype=f64");
+    let text64 =
+        (text.replace(&format!("{d}["), "f64[")).replace(&format!("dtype={d}"), "dtype=f64");
     let values64: Vec<(String, bool, HostTensor)> = (values.iter())
         .map(|(n, u, t)| (n.clone(), *u, widened(t, d)))
         .collect();

@@ -434,7 +434,9 @@ pub fn plan(g: &Graph) -> FusionPlan {
 pub fn is_scale(g: &Graph, i: NodeId) -> bool {
     let n = &g.nodes[i];
     n.op() == Some(Op::MulScalar)
-        && n.results.first().is_some_and(|t| matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16))
+        && n.results
+            .first()
+            .is_some_and(|t| matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16))
         && matches!(n.arg("other"), Some(Arg::Int(_) | Arg::Float(_)))
 }
 

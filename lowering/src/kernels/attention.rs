@@ -11,8 +11,8 @@
 //! as its operand, which saves the copy the permutation would need. Anything else stays with
 //! the separate matmul and softmax steps.
 
-use super::expr::is_f32_stored;
 use super::dense::{as_operand, matmul_spec, static_shape};
+use super::expr::is_f32_stored;
 use super::layout::Layout;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_passes::composite::{Composite, CompositeKind};

@@ -7,8 +7,8 @@
 //! its strides instead, so `x @ w.t()` reads `w` transposed in place. Everything else refuses
 //! with `Err` naming the node (non-`f32`, symbolic shapes, transposed or 3-D convolution, ...).
 
-use super::layout::Layout;
 use super::expr::is_f32_stored;
+use super::layout::Layout;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_runtime::fast::concat::ConcatSpec;
 use fxhlo_runtime::fast::conv::ConvSpec;
@@ -276,7 +276,11 @@ fn view_chain(g: &Graph, v: ValueRef, scales: bool) -> Vec<ValueRef> {
             _ => widening,
         };
         let src = match n.arg("self").and_then(Arg::as_tensor) {
-            Some(s) if view_op && cur.index == 0 && (widening || g.ty(s).dtype == g.ty(cur).dtype) => s,
+            Some(s)
+                if view_op && cur.index == 0 && (widening || g.ty(s).dtype == g.ty(cur).dtype) =>
+            {
+                s
+            }
             _ => break,
         };
         if static_shape(g, src).is_none() {

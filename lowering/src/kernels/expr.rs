@@ -117,7 +117,7 @@ fn build_impl(
     let perm = perm.unwrap_or(&ident);
     for &r in roots {
         let t = g.ty(r);
-        if !is_f32_stored(t.dtype) && !(bool_roots && t.dtype == DType::Bool) {
+        if !(is_f32_stored(t.dtype) || bool_roots && t.dtype == DType::Bool) {
             return Err(format!(
                 "{}: the result is {}, the elementwise engine writes f32, bf16 and f16",
                 describe(g, r.node),

@@ -1091,7 +1091,13 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
     let spec = |v: Option<&u32>| v.map(|&v| &p.values[v as usize]);
     let len = |v: Option<&u32>| spec(v).map(|s| s.numel());
     // Types as stored: bf16 and f16 widened in f32 (`lowp`).
-    let stored = |d: DType| if super::lowp::is_lowp(d) { DType::F32 } else { d };
+    let stored = |d: DType| {
+        if super::lowp::is_lowp(d) {
+            DType::F32
+        } else {
+            d
+        }
+    };
     let is = |v: Option<&u32>, d: DType| spec(v).is_some_and(|s| stored(s.dtype) == d);
     let all_f32 = |vs: &[u32]| vs.iter().all(|v| is(Some(v), DType::F32));
     let n_src = s.srcs.len();

@@ -140,7 +140,10 @@ mod tests {
             let mut out = vec![0u8; bytes.len()];
             assert!(narrow(d, &w, &mut out));
             for (k, (a, b)) in out.chunks(2).zip(bytes.chunks(2)).enumerate() {
-                let (a, b) = (u16::from_le_bytes([a[0], a[1]]), u16::from_le_bytes([b[0], b[1]]));
+                let (a, b) = (
+                    u16::from_le_bytes([a[0], a[1]]),
+                    u16::from_le_bytes([b[0], b[1]]),
+                );
                 let nan = |h: u16| match d {
                     DType::BF16 => half::bf16::from_bits(h).is_nan(),
                     _ => half::f16::from_bits(h).is_nan(),
