@@ -269,7 +269,7 @@ pub fn plan(g: &Graph) -> FusionPlan {
                 let ok = if is_heavy(pc) {
                     b.heavy.is_none() && all_inside && reserved.is_none_or(|h| h == p)
                 } else if feeds_prologue && heavy_class == Some(Class::Matmul) {
-                    pc == Class::View || is_scale(g, p)
+                    pc == Class::View || is_scale(g, p) || is_widening(g, p)
                 } else if feeds_prologue && heavy_class == Some(Class::Conv) {
                     pc == Class::View
                 } else {
@@ -287,7 +287,7 @@ pub fn plan(g: &Graph) -> FusionPlan {
                         b.prologue.insert(p);
                     } else if feeds_prologue
                         && b.heavy.is_some()
-                        && (pc == Class::View || is_scale(g, p))
+                        && (pc == Class::View || is_scale(g, p) || is_widening(g, p))
                     {
                         b.prologue.insert(p);
                     }
@@ -429,12 +429,28 @@ pub fn plan(g: &Graph) -> FusionPlan {
     }
 }
 
-/// Whether node `i` multiplies an `f32` tensor by a number (folded into a matmul's scale).
+/// Whether node `i` multiplies an `f32` (or bf16, f16) tensor by a number (folded into a
+/// matmul's scale).
 pub fn is_scale(g: &Graph, i: NodeId) -> bool {
     let n = &g.nodes[i];
     n.op() == Some(Op::MulScalar)
-        && n.results.first().is_some_and(|t| t.dtype == DType::F32)
+        && n.results
+            .first()
+            .is_some_and(|t| matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16))
         && matches!(n.arg("other"), Some(Arg::Int(_) | Arg::Float(_)))
+}
+
+/// Whether node `i` converts a bf16 or f16 tensor to f32: exact, and free where the fast
+/// runtime keeps bf16 and f16 widened in f32 (a matmul reads the source in place, as through
+/// a view).
+pub fn is_widening(g: &Graph, i: NodeId) -> bool {
+    let n = &g.nodes[i];
+    n.op() == Some(Op::ToCopy)
+        && n.results.first().is_some_and(|t| t.dtype == DType::F32)
+        && n.arg("self")
+            .and_then(Arg::as_tensor)
+            .is_some_and(|s| matches!(g.ty(s).dtype, DType::BF16 | DType::F16))
+        && matches!(n.arg("memory_format"), None | Some(Arg::None))
 }
 
 /// `p` and the strided views it reads through (see [`Op::is_strided_view`]), when every value the
@@ -447,7 +463,7 @@ fn strided_view_chain(g: &Graph, p: NodeId, min: NodeId) -> Option<Vec<NodeId>> 
         let node = &g.nodes[cur];
         match node.kind {
             NodeKind::Input { .. } => return Some(chain),
-            NodeKind::Op(op) if op.is_strided_view() => {
+            NodeKind::Op(op) if op.is_strided_view() || is_widening(g, cur) => {
                 chain.push(cur);
                 let srcs: Vec<ValueRef> = node.args.iter().flat_map(|a| a.values()).collect();
                 match srcs.as_slice() {

@@ -12,6 +12,7 @@
 //! the separate matmul and softmax steps.
 
 use super::dense::{as_operand, matmul_spec, static_shape};
+use super::expr::is_f32_stored;
 use super::layout::Layout;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_passes::composite::{Composite, CompositeKind};
@@ -114,7 +115,7 @@ fn group(
     }
     let x = tensor(g, sm, "self")?;
     let rank = g.ty(x).shape.len();
-    if !last_dim(g, sm, "dim", rank) || g.ty(x).dtype != DType::F32 {
+    if !last_dim(g, sm, "dim", rank) || !is_f32_stored(g.ty(x).dtype) {
         return None;
     }
     if let Some(w) = guard_of {
@@ -143,15 +144,20 @@ fn group(
         .filter(|(_, k)| k.nodes.iter().any(|i| inside.contains(i)))
         .map(|(i, _)| i)
         .collect();
+    let tail = (kernels.iter())
+        .find(|&&ki| plan.kernels[ki].nodes.contains(&o))
+        .and_then(|&ki| lowp_tail(g, o, users, &plan.kernels[ki].nodes));
+    let in_tail = |i: NodeId| tail.as_ref().is_some_and(|(_, t)| t.contains(&i));
     for &ki in &kernels {
         let k = &plan.kernels[ki];
-        // Only the result leaves the group, and nothing after the second `bmm` is in it.
-        let leaves = k
-            .outputs
-            .iter()
-            .any(|v| v.node != o && users[v.node].iter().any(|u| !inside.contains(u)));
+        // Only the result leaves the group, and nothing after the second `bmm` is in it
+        // (but its conversion to bf16 or f16, which the step's rounding makes).
+        let leaves = k.outputs.iter().any(|v| {
+            v.node != o && !in_tail(v.node) && users[v.node].iter().any(|u| !inside.contains(u))
+        });
         let after = k.nodes.iter().any(|&i| {
             i != o
+                && !in_tail(i)
                 && g.nodes[i]
                     .args
                     .iter()
@@ -182,8 +188,9 @@ fn group(
             return None;
         }
     }
-    let (output, out) = placement(g, ValueRef::new(o, 0), [batch, m, pv.spec.n], users)
-        .unwrap_or((ValueRef::new(o, 0), Operand::contiguous(m, pv.spec.n)));
+    let result = tail.map_or(ValueRef::new(o, 0), |(v, _)| v);
+    let (output, out) = placement(g, result, [batch, m, pv.spec.n], users)
+        .unwrap_or((result, Operand::contiguous(m, pv.spec.n)));
     Some(AttentionGroup {
         kernels,
         spec: AttentionSpec {
@@ -204,6 +211,44 @@ fn group(
         output,
         nodes: c.nodes.clone(),
     })
+}
+
+/// The conversion of the attention's result (node `o`) to bf16 or f16 through reshapes, all in
+/// the kernel of `kernel_nodes` and used nowhere else: the converted value and its nodes. The
+/// attention step then writes the converted value (its bf16 or f16 result is rounded when
+/// stored), with the elements in the same order.
+fn lowp_tail(
+    g: &Graph,
+    o: NodeId,
+    users: &[BTreeSet<NodeId>],
+    kernel_nodes: &[NodeId],
+) -> Option<(ValueRef, Vec<NodeId>)> {
+    let mut cur = ValueRef::new(o, 0);
+    let mut nodes = vec![];
+    while nodes.len() < 8 {
+        let [u] = users[cur.node].iter().copied().collect::<Vec<_>>()[..] else {
+            return None;
+        };
+        if g.outputs.contains(&cur)
+            || !kernel_nodes.contains(&u)
+            || tensor(g, u, "self") != Some(cur)
+        {
+            return None;
+        }
+        nodes.push(u);
+        let next = ValueRef::new(u, 0);
+        match op(g, next)? {
+            Op::View | Op::Unsqueeze | Op::SqueezeDim | Op::SqueezeDims | Op::Alias => cur = next,
+            Op::ToCopy
+                if g.ty(cur).dtype == DType::F32
+                    && matches!(g.ty(next).dtype, DType::BF16 | DType::F16) =>
+            {
+                return Some((next, nodes));
+            }
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// Whether `v` can be computed by elementwise and view ops alone, outside the group
@@ -313,7 +358,7 @@ fn scores(
                 } else {
                     return None;
                 };
-                if g.ty(mk).dtype != DType::F32 || static_shape(g, s)? != sh {
+                if !is_f32_stored(g.ty(mk).dtype) || static_shape(g, s)? != sh {
                     return None;
                 }
                 mask = Some(mk);

@@ -7,6 +7,7 @@
 //! its strides instead, so `x @ w.t()` reads `w` transposed in place. Everything else refuses
 //! with `Err` naming the node (non-`f32`, symbolic shapes, transposed or 3-D convolution, ...).
 
+use super::expr::is_f32_stored;
 use super::layout::Layout;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_runtime::fast::concat::ConcatSpec;
@@ -182,7 +183,8 @@ impl<'g> Args<'g> {
     /// The static shape of `v`, which must be `f32` (or `dtype`).
     fn shape_of(&self, v: ValueRef, dtype: DType, what: &str) -> Result<Vec<usize>, String> {
         let t = self.g.ty(v);
-        if t.dtype != dtype {
+        // bf16 and f16 are stored widened in f32: the f32 kernels read and write them.
+        if t.dtype != dtype && !(dtype == DType::F32 && is_f32_stored(t.dtype)) {
             return Err(self.err(format!(
                 "{what} has dtype {}, the fast kernel needs {dtype}",
                 t.dtype
@@ -260,19 +262,25 @@ fn view_step(g: &Graph, val: ValueRef, layout: &Layout, new: &[usize]) -> Option
 }
 
 /// The values `v` may be read through, source first: `v`, then back through layout-only
-/// producers (and, with `scales`, `mul` by a number) while they keep the dtype.
+/// producers (and, with `scales`, `mul` by a number) while they keep the dtype, and through
+/// conversions of bf16 or f16 to f32 (the same f32 values where the runtime stores them).
 fn view_chain(g: &Graph, v: ValueRef, scales: bool) -> Vec<ValueRef> {
     let mut chain = vec![v];
     let mut cur = v;
     while chain.len() < 32 {
         let n = &g.nodes[cur.node];
+        let widening = fxhlo_passes::fusion::is_widening(g, cur.node);
         let view_op = match n.kind {
             NodeKind::Op(op) if op.is_strided_view() => true,
             NodeKind::Op(Op::MulScalar) => scales && fxhlo_passes::fusion::is_scale(g, cur.node),
-            _ => false,
+            _ => widening,
         };
         let src = match n.arg("self").and_then(Arg::as_tensor) {
-            Some(s) if view_op && cur.index == 0 && g.ty(s).dtype == g.ty(cur).dtype => s,
+            Some(s)
+                if view_op && cur.index == 0 && (widening || g.ty(s).dtype == g.ty(cur).dtype) =>
+            {
+                s
+            }
             _ => break,
         };
         if static_shape(g, src).is_none() {
@@ -478,7 +486,7 @@ pub fn fold_bias(
     };
     let shape = static_shape(g, product)?;
     if inside.contains(&bias.node)
-        || g.ty(bias).dtype != DType::F32
+        || !is_f32_stored(g.ty(bias).dtype)
         || static_shape(g, ValueRef::new(add, 0))? != shape
     {
         return None;
@@ -650,9 +658,9 @@ pub fn concat_spec(g: &Graph, node: NodeId) -> Result<(ConcatSpec, Vec<ValueRef>
     };
     let out = ValueRef::new(node, 0);
     let dtype = g.ty(out).dtype;
-    if !matches!(dtype, DType::F32 | DType::I64 | DType::Bool) {
+    if !(is_f32_stored(dtype) || matches!(dtype, DType::I64 | DType::Bool)) {
         return Err(a.err(format!(
-            "result is {dtype}; the fast kernel copies f32, i64 or bool"
+            "result is {dtype}; the fast kernel copies f32, bf16, f16, i64 or bool"
         )));
     }
     let out_shape = a.shape_of(out, dtype, "the result")?;
@@ -769,9 +777,9 @@ fn lanes(shape: &[usize], dim: usize) -> (usize, usize, usize) {
 /// The element type of a tensor a copying kernel moves (f32, i64 or bool).
 fn copied_dtype(a: &Args<'_>, v: ValueRef, what: &str) -> Result<DType, String> {
     match a.g.ty(v).dtype {
-        d @ (DType::F32 | DType::I64 | DType::Bool) => Ok(d),
+        d if is_f32_stored(d) || matches!(d, DType::I64 | DType::Bool) => Ok(d),
         d => Err(a.err(format!(
-            "{what} is {d}; the fast kernel copies f32, i64 or bool"
+            "{what} is {d}; the fast kernel copies f32, bf16, f16, i64 or bool"
         ))),
     }
 }
@@ -845,9 +853,10 @@ pub fn index_kernel(g: &Graph, node: NodeId) -> Result<IndexKernel, String> {
         Op::Cumsum => {
             let x = a.tensor("self")?;
             let dtype = g.ty(res(0)).dtype;
-            if !matches!(dtype, DType::F32 | DType::I64) || g.ty(x).dtype != dtype {
+            if !(is_f32_stored(dtype) || dtype == DType::I64) || g.ty(x).dtype != dtype {
                 return Err(a.err(format!(
-                    "sums {} into {dtype}; the fast kernel sums f32 or i64 in their own type",
+                    "sums {} into {dtype}; the fast kernel sums f32 (bf16, f16) or i64 in their \
+                     own type",
                     g.ty(x).dtype
                 )));
             }

@@ -15,10 +15,29 @@
 
 use super::Slots;
 use fxhlo_ir::{Arg, DType, Graph, Node, NodeId, NodeKind, Op, ValueRef};
-use fxhlo_runtime::fast::expr::{BinOp, Expr, ExprBuilder, Leaf, LeafKind, LeafSrc, UnOp, Val};
+use fxhlo_runtime::fast::expr::{
+    apply_un, BinOp, Expr, ExprBuilder, Leaf, LeafKind, LeafSrc, UnOp, Val,
+};
+use fxhlo_runtime::fast::lowp;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// Expresses each of `roots` (values of f32 or bool type whose shape equals `shape`; a bool
+/// Whether the fast runtime keeps values of `d` in `f32` buffers: f32, and bf16 and f16 stored
+/// widened (`fxhlo_runtime::fast::lowp`), which the engine loads as f32, computes in f32 and
+/// rounds when it stores them.
+pub fn is_f32_stored(d: DType) -> bool {
+    d == DType::F32 || lowp::is_lowp(d)
+}
+
+/// The instruction that rounds an f32 value to `d`, for bf16 and f16.
+fn lowp_round(d: DType) -> Option<UnOp> {
+    match d {
+        DType::BF16 => Some(UnOp::ToBf16),
+        DType::F16 => Some(UnOp::ToF16),
+        _ => None,
+    }
+}
+
+/// Expresses each of `roots` (values of f32, bf16, f16 or bool type whose shape equals `shape`; a bool
 /// root is computed as `0`/`1` values, which the runtime stores as bools) as an Expr over
 /// iteration space `shape`. The walk follows only producers that are nodes in `members`; every
 /// other value reached is a leaf loaded from the operand slot `slots.slot(v)` (a contiguous
@@ -98,9 +117,9 @@ fn build_impl(
     let perm = perm.unwrap_or(&ident);
     for &r in roots {
         let t = g.ty(r);
-        if t.dtype != DType::F32 && !(bool_roots && t.dtype == DType::Bool) {
+        if !(is_f32_stored(t.dtype) || bool_roots && t.dtype == DType::Bool) {
             return Err(format!(
-                "{}: the result is {}, the elementwise engine writes f32",
+                "{}: the result is {}, the elementwise engine writes f32, bf16 and f16",
                 describe(g, r.node),
                 t.dtype
             ));
@@ -272,8 +291,10 @@ enum Fail {
 }
 
 /// How many nodes the walk nests on the native stack before it hands the deepest value back
-/// to [`Walk::value_deep`]'s explicit stack (a 10,000-node chain needs 40 hand-backs).
-const MAX_DEPTH: usize = 256;
+/// to [`Walk::value_deep`]'s explicit stack (a 10,000-node chain needs 79 hand-backs). A level
+/// takes about 32 KB of stack in a debug build (`Walk::node`'s frame), so 256 levels were the
+/// whole 8 MB main-thread stack.
+const MAX_DEPTH: usize = 128;
 
 impl From<String> for Fail {
     fn from(m: String) -> Fail {
@@ -316,13 +337,13 @@ impl<'a> Walk<'a> {
 
     fn leaf_kind(&self, v: ValueRef, allow_i64: bool) -> R<LeafKind> {
         match self.g.ty(v).dtype {
-            DType::F32 => Ok(LeafKind::F32),
+            d if is_f32_stored(d) => Ok(LeafKind::F32),
             DType::Bool => Ok(LeafKind::Bool),
             DType::I64 if allow_i64 => Ok(LeafKind::I64),
             d => Err(self.err(
                 v.node,
                 format!(
-                    "value '{}' is {d}; the elementwise engine reads f32 and bool",
+                    "value '{}' is {d}; the elementwise engine reads f32, bf16, f16 and bool",
                     self.g.value_name(v)
                 ),
             )),
@@ -469,13 +490,19 @@ impl<'a> Walk<'a> {
             return Err(self.err(i, format!("result {} is not elementwise", v.index)));
         }
         let int_ok = allow_i64 && op == Op::ArangeStartStep;
-        if !matches!(out_dtype, DType::F32 | DType::Bool) && !int_ok {
+        if !is_f32_stored(out_dtype) && out_dtype != DType::Bool && !int_ok {
             return Err(self.err(
                 i,
-                format!("the result is {out_dtype}; the elementwise engine computes f32 and bool"),
+                format!(
+                    "the result is {out_dtype}; the elementwise engine computes f32 (also for \
+                     bf16 and f16 results) and bool"
+                ),
             ));
         }
-        let f32_out = out_dtype == DType::F32;
+        if int_ok && out_dtype != DType::I64 && lowp_round(out_dtype).is_some() {
+            return Err(self.err(i, format!("an arange of {out_dtype}")));
+        }
+        let f32_out = is_f32_stored(out_dtype);
         let need_f32 = |w: &Walk| -> R<()> {
             if f32_out {
                 Ok(())
@@ -700,7 +727,7 @@ impl<'a> Walk<'a> {
                     .ok_or_else(|| self.err(i, "no tensor operand"))?;
                 let in_dtype = self.g.ty(src).dtype;
                 let x = match in_dtype {
-                    DType::F32 | DType::Bool => self.value(src, acc)?,
+                    d if is_f32_stored(d) || d == DType::Bool => self.value(src, acc)?,
                     // As f32: exact for a bool result too (no nonzero i64 rounds to 0).
                     DType::I64 if f32_out || out_dtype == DType::Bool => {
                         self.value_as(src, acc, true)?
@@ -709,10 +736,20 @@ impl<'a> Walk<'a> {
                         return Err(self.err(i, format!("conversion from {d} is not supported")));
                     }
                 };
-                if out_dtype == DType::Bool && in_dtype != DType::Bool {
-                    self.b.un(UnOp::ToBool, x)
-                } else {
-                    x
+                // A conversion sees the value as of its type: a bf16 or f16 value computed
+                // here in f32 is rounded to its type first (a loaded one already is), and a
+                // conversion into bf16 or f16 rounds (where later instructions read it; a
+                // result is rounded when stored anyway).
+                let x = match lowp_round(in_dtype) {
+                    Some(r) if in_dtype != out_dtype && self.computed(src) => self.b.un(r, x),
+                    _ => x,
+                };
+                match lowp_round(out_dtype) {
+                    _ if out_dtype == DType::Bool && in_dtype != DType::Bool => {
+                        self.b.un(UnOp::ToBool, x)
+                    }
+                    Some(r) if in_dtype != out_dtype && in_dtype != DType::Bool => self.b.un(r, x),
+                    _ => x,
                 }
             }
             Clone | Alias => {
@@ -734,7 +771,7 @@ impl<'a> Walk<'a> {
                 };
                 let c = self.scalar(i, name)?;
                 let c = if f32_out {
-                    c as f32
+                    lowp_round(out_dtype).map_or(c as f32, |r| apply_un(r, c as f32))
                 } else if c != 0.0 {
                     1.0
                 } else {

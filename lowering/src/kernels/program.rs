@@ -539,8 +539,9 @@ fn fuse_epilogue(heavy: &mut Step, epi: &Step, product: ValueId, vals: &Values<'
     if e.numel() != vals.specs[product as usize].numel() {
         return false;
     }
-    // The fused epilogue stores f32 tiles; a bool result (a mask) stays a step of its own.
-    if (epi.dsts.iter()).any(|&v| vals.specs[v as usize].dtype != fxhlo_ir::DType::F32) {
+    // The fused epilogue stores f32 tiles (bf16 and f16 widened, rounded after the step); a
+    // bool result (a mask) stays a step of its own.
+    if (epi.dsts.iter()).any(|&v| !super::expr::is_f32_stored(vals.specs[v as usize].dtype)) {
         return false;
     }
     // Slots: the heavy step's operands, then the epilogue's other operands, then the product.

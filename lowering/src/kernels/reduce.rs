@@ -10,7 +10,7 @@
 //! norm feeding a softmax, the `any` guard of a softmax), compile as one [`RowReduce`] of
 //! several stages ([`build_chain`]): the earlier kernels' outputs stay in per-block scratch.
 
-use super::expr::{build as build_expr, build_permuted, build_with, describe};
+use super::expr::{build as build_expr, build_permuted, build_with, describe, is_f32_stored};
 use super::Slots;
 use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
 use fxhlo_passes::fusion::{Kernel, KernelKind};
@@ -113,7 +113,7 @@ fn masked_row_guards(g: &Graph, ks: &[&Kernel]) -> BTreeMap<ValueRef, ValueRef> 
                 .and_then(|e| e.arg("self").and_then(Arg::as_tensor)),
             _ => None,
         };
-        if let Some(x) = x.filter(|x| g.ty(*x).dtype == DType::F32) {
+        if let Some(x) = x.filter(|x| is_f32_stored(g.ty(*x).dtype)) {
             guards.insert(out, x);
         }
     }
@@ -246,29 +246,30 @@ fn stage(
         .arg(input_name)
         .and_then(Arg::as_tensor)
         .ok_or_else(|| err("no input tensor"))?;
-    // `any` reads bools (or f32) and gives bools; every other reduction is f32 to f32.
+    // `any` reads bools (or floats) and gives bools; every other reduction reads and writes
+    // f32, or bf16 and f16 (stored widened, computed in f32, results rounded when stored).
     let is_any = matches!(op, Op::Any | Op::AnyDim | Op::AnyDims);
-    let (in_ok, out_dtype) = if is_any {
-        (
-            matches!(g.ty(x).dtype, DType::F32 | DType::Bool),
-            DType::Bool,
-        )
-    } else {
-        (g.ty(x).dtype == DType::F32, DType::F32)
-    };
+    let in_dtype = g.ty(x).dtype;
+    let in_ok = is_f32_stored(in_dtype) || is_any && in_dtype == DType::Bool;
     if !in_ok {
-        return Err(err(&format!("the input is {}", g.ty(x).dtype)));
+        return Err(err(&format!("the input is {in_dtype}")));
     }
     for (r, t) in node.results.iter().enumerate() {
-        if t.dtype != out_dtype {
-            return Err(err(&format!("result {r} is {}, not {out_dtype}", t.dtype)));
+        let ok = if is_any {
+            t.dtype == DType::Bool
+        } else {
+            is_f32_stored(t.dtype)
+        };
+        if !ok {
+            let want = if is_any { "bool" } else { "f32, bf16 or f16" };
+            return Err(err(&format!("result {r} is {}, not {want}", t.dtype)));
         }
     }
     let xs = shape(g, x)?;
     let rank = xs.len();
     let dtype_ok = match node.arg("dtype") {
         None | Some(Arg::None) => true,
-        Some(Arg::DType(d)) => *d == DType::F32,
+        Some(Arg::DType(d)) => is_f32_stored(*d),
         _ => false,
     };
     if !dtype_ok {

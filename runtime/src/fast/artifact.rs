@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 /// The first bytes of every artifact.
 pub const MAGIC: &[u8; 8] = b"FXHLOFXA";
 /// The artifact format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 
 /// Everything a run needs, loadable without the compiler.
 #[derive(Clone, Debug, PartialEq)]

@@ -74,7 +74,10 @@ impl Buf {
                     .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
             )),
             DType::Bool => Buf::Bool(LineVec::from_iter(64, h.bytes.iter().map(|&b| b != 0))),
-            _ => Buf::T(Tensor::from_host(h)?),
+            d => match super::lowp::widen(d, &h.bytes) {
+                Some(v) => Buf::F32(LineVec::from_slice(64, &v)),
+                None => Buf::T(Tensor::from_host(h)?),
+            },
         })
     }
 
@@ -95,8 +98,10 @@ enum View<'a> {
     T(Tensor),
 }
 
-fn write_bytes(v: &View<'_>, out: &mut [u8]) {
+/// Writes a value's bytes (of type `d`: bf16 and f16 narrowed from their widened `f32`s).
+fn write_bytes(v: &View<'_>, d: DType, out: &mut [u8]) {
     match v {
+        View::Src(Src::F32(s)) if super::lowp::narrow(d, s, out) => {}
         View::Src(Src::F32(s)) => {
             for (o, x) in out.chunks_exact_mut(4).zip(s.iter()) {
                 o.copy_from_slice(&x.to_le_bytes());
@@ -677,7 +682,7 @@ impl Executor {
                     DstBuf::OutI64(k, f) => out_written[k] = Some(Src::I64(f)),
                     DstBuf::OutBytes(k, b, buf) => {
                         let spec = &p.values[v as usize];
-                        write_bytes(&buf.view(spec), b);
+                        write_bytes(&buf.view(spec), spec.dtype, b);
                         // Later readers find it in `owned`.
                         owned[v as usize] = Some(buf);
                         out_written[k] = None;
@@ -697,9 +702,9 @@ impl Executor {
                     RuntimeError::Graph(format!("output {k} '{}' was never computed", spec.name))
                 })?;
             match slot {
-                OutSlot::F32(f) => write_bytes(&view, bytemuck::cast_slice_mut(f)),
-                OutSlot::I64(f) => write_bytes(&view, bytemuck::cast_slice_mut(f)),
-                OutSlot::Bytes(b) => write_bytes(&view, b),
+                OutSlot::F32(f) => write_bytes(&view, spec.dtype, bytemuck::cast_slice_mut(f)),
+                OutSlot::I64(f) => write_bytes(&view, spec.dtype, bytemuck::cast_slice_mut(f)),
+                OutSlot::Bytes(b) => write_bytes(&view, spec.dtype, b),
             }
         }
         Ok(())
@@ -779,7 +784,18 @@ impl Executor {
                     .first()
                     .is_some_and(|&v| self.plan.loc[v as usize] == Loc::InEpilogue);
                 run_kernel(kernel, &srcs, &mut ds, packed, in_place)
-                    .map_err(|e| step_err(i, step, e))
+                    .map_err(|e| step_err(i, step, e))?;
+                // bf16 and f16 results, computed in f32: each stored value rounded once.
+                for (k, (d, &v)) in ds.iter_mut().zip(&step.dsts).enumerate() {
+                    let dtype = p.values[v as usize].dtype;
+                    if let (true, Dst::F32(x)) = (super::lowp::is_lowp(dtype), d) {
+                        let unwritten = k == 0 && in_place;
+                        if !unwritten && !copies_exactly(p, step) {
+                            super::lowp::round_slice(dtype, x);
+                        }
+                    }
+                }
+                Ok(())
             }
         }
     }
@@ -1055,12 +1071,36 @@ fn run_copy<T: Copied>(k: &Kernel, srcs: &[Src<'_>], out: &mut [T]) -> Result<()
     }
 }
 
+/// Whether `step` moves elements without computing them (a gather or concatenation) and
+/// reads them from values of its result's type: its bf16 or f16 results need no rounding.
+fn copies_exactly(p: &Program, step: &Step) -> bool {
+    let dtype = |v: u32| p.values[v as usize].dtype;
+    let Some(&out) = step.dsts.first() else {
+        return true;
+    };
+    match &step.kernel {
+        Kernel::Gather(_) | Kernel::GatherNd(_) | Kernel::GatherDim(_) => {
+            step.srcs.first().is_some_and(|&v| dtype(v) == dtype(out))
+        }
+        Kernel::Concat(_) => step.srcs.iter().all(|&v| dtype(v) == dtype(out)),
+        _ => false,
+    }
+}
+
 /// Checks a fast step's operands against its kernel before anything runs, so that a corrupted
 /// artifact is an error and never an out-of-bounds access.
 fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
     let spec = |v: Option<&u32>| v.map(|&v| &p.values[v as usize]);
     let len = |v: Option<&u32>| spec(v).map(|s| s.numel());
-    let is = |v: Option<&u32>, d: DType| spec(v).is_some_and(|s| s.dtype == d);
+    // Types as stored: bf16 and f16 widened in f32 (`lowp`).
+    let stored = |d: DType| {
+        if super::lowp::is_lowp(d) {
+            DType::F32
+        } else {
+            d
+        }
+    };
+    let is = |v: Option<&u32>, d: DType| spec(v).is_some_and(|s| stored(s.dtype) == d);
     let all_f32 = |vs: &[u32]| vs.iter().all(|v| is(Some(v), DType::F32));
     let n_src = s.srcs.len();
     let n_dst = s.dsts.len();
@@ -1068,9 +1108,10 @@ fn validate_step(p: &Program, s: &Step) -> Result<(), String> {
     // A copying kernel's element type: its result's, f32, i64 or bool, which each source it
     // copies from must have.
     let copied = spec(s.dsts.first())
-        .map(|t| t.dtype)
+        .map(|t| stored(t.dtype))
         .filter(|d| matches!(d, DType::F32 | DType::I64 | DType::Bool));
-    let copied_src = |v: Option<&u32>| copied.is_some() && spec(v).map(|t| t.dtype) == copied;
+    let copied_src =
+        |v: Option<&u32>| copied.is_some() && spec(v).map(|t| stored(t.dtype)) == copied;
     // A gather's operand counts and types, then the lengths of its table, indices and result.
     let gather_operands = || {
         want(n_src == 2 && n_dst == 1, "gather operand count")?;

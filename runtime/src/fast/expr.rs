@@ -164,6 +164,10 @@ pub enum UnOp {
     Asinh,
     Acosh,
     Atanh,
+    /// Round to the nearest bf16 (ties to even), kept as f32: a conversion to bf16.
+    ToBf16,
+    /// Round to the nearest f16 (ties to even), kept as f32.
+    ToF16,
 }
 
 /// Binary operations. Comparisons and logical ops give `0.0` / `1.0`.
@@ -502,6 +506,8 @@ pub fn apply_un(op: UnOp, x: f32) -> f32 {
         UnOp::Asinh => wide(f64::asinh),
         UnOp::Acosh => wide(f64::acosh),
         UnOp::Atanh => wide(f64::atanh),
+        UnOp::ToBf16 => super::lowp::round_bf16(x),
+        UnOp::ToF16 => super::lowp::round_f16(x),
     }
 }
 
@@ -584,7 +590,7 @@ fn run_un(op: UnOp, d: &mut [f32], a: &[f32]) {
     arm!(
         Neg, Abs, Exp, Expm1, Log, Log1p, Log2, Log10, Sqrt, Rsqrt, Recip, Sigmoid, Silu, Tanh,
         Erf, GeluErf, GeluTanh, Relu, Floor, Ceil, Round, Trunc, Sign, IsNan, IsInf, Not, ToBool,
-        Square, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh
+        Square, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, ToBf16, ToF16
     )
 }
 

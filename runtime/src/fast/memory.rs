@@ -75,10 +75,11 @@ pub enum ElemKind {
 }
 
 impl ElemKind {
-    /// The arena kind of a dtype, if the fast runtime stores it natively.
+    /// The arena kind of a dtype, if the fast runtime stores it natively (bf16 and f16 widened
+    /// in `f32`, see [`super::lowp`]).
     pub fn of(d: DType) -> Option<ElemKind> {
         match d {
-            DType::F32 => Some(ElemKind::F32),
+            DType::F32 | DType::BF16 | DType::F16 => Some(ElemKind::F32),
             DType::I64 => Some(ElemKind::I64),
             DType::Bool => Some(ElemKind::Bool),
             _ => None,
@@ -116,8 +117,8 @@ pub enum Loc {
 }
 
 /// Whether step `s` can compute its product (`dsts[0]`) straight into its epilogue's first
-/// result: a matmul or convolution with a fused epilogue whose first result is f32 of the
-/// product's size. The memory plan also needs the product to be read by no step and returned
+/// result: a matmul or convolution with a fused epilogue whose first result is stored as f32
+/// (f32, or bf16/f16 widened) of the product's size. The memory plan also needs the product to be read by no step and returned
 /// by none.
 pub fn product_in_epilogue(p: &Program, s: &Step) -> bool {
     let fused = matches!(
@@ -133,8 +134,18 @@ pub fn product_in_epilogue(p: &Program, s: &Step) -> bool {
     let spec = |k: usize| s.dsts.get(k).and_then(|&v| p.values.get(v as usize));
     fused
         && matches!((spec(0), spec(1)), (Some(c), Some(o))
-            if c.dtype == DType::F32 && o.dtype == DType::F32 && c.numel() == o.numel())
+            if ElemKind::of(c.dtype) == Some(ElemKind::F32)
+                && ElemKind::of(o.dtype) == Some(ElemKind::F32)
+                && c.numel() == o.numel())
         && s.dsts[0] != s.dsts[1]
+}
+
+/// Bytes a value takes where the runtime holds it (bf16 and f16 widened to 4 bytes).
+fn stored_bytes(spec: &super::program::TensorSpec) -> u64 {
+    match ElemKind::of(spec.dtype) {
+        Some(k) => (k.size() as u64).saturating_mul(spec.numel() as u64),
+        None => spec.bytes() as u64,
+    }
 }
 
 /// The memory plan of a program.
@@ -178,7 +189,7 @@ impl MemoryPlan {
         let constant_bytes = p
             .constants
             .iter()
-            .map(|(v, _)| p.values[*v as usize].bytes() as u64)
+            .map(|(v, _)| stored_bytes(&p.values[*v as usize]))
             .fold(0u64, u64::saturating_add);
         // Last step reading each value.
         let mut last: Vec<Option<usize>> = vec![None; n];
@@ -198,7 +209,7 @@ impl MemoryPlan {
                 if loc[v as usize] != Loc::Owned {
                     continue;
                 }
-                intermediate_bytes = intermediate_bytes.saturating_add(spec.bytes() as u64);
+                intermediate_bytes = intermediate_bytes.saturating_add(stored_bytes(spec));
                 if k == 0 && last[v as usize].is_none() && product_in_epilogue(p, s) {
                     loc[v as usize] = Loc::InEpilogue;
                     continue;

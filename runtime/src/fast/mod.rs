@@ -11,6 +11,7 @@ pub mod expr;
 pub mod gather;
 pub mod gemm;
 pub mod index;
+pub mod lowp;
 pub mod math;
 pub mod pool;
 pub mod reduce;
