@@ -27,7 +27,11 @@ cumulative count), and the triangular solves ``linalg_solve_triangular``,
 ``triangular_solve``, ``cholesky_solve`` and ``cholesky_inverse`` by substitution row by row
 (the sums of a triangular solve in another order), and ``segment_reduce`` by 1-D lengths or
 offsets (each element's segment by ``searchsorted``, then ``scatter_reduce``; forward only),
-and ``prims.convert_element_type`` (from torch's references) as ``_to_copy``.
+and ``prims.convert_element_type`` (from torch's references) as ``_to_copy``.  The
+linear algebra composites ``linalg_pinv`` (ATen's own, op for op, on ``_linalg_svd`` or
+``_linalg_eigh``), ``linalg_matrix_sqrth`` (``V diag(sqrt(max(w, 0))) V^T`` from
+``_linalg_eigh``) and ``linalg_polar`` (from ``_linalg_svd``, as the CPU computes it) sit on
+the factorizations of the op table (whose kernels compute in float64).
 """
 
 from __future__ import annotations
@@ -532,6 +536,56 @@ def _cholesky_inverse(l, upper=False):
     return _cholesky_solve(eye, l, upper)
 
 
+def _linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
+    # ATen's linalg_pinv (LinearAlgebra.cpp) op for op, on _linalg_svd / _linalg_eigh
+    if a.numel() == 0:
+        shape = list(a.shape)
+        shape[-1], shape[-2] = shape[-2], shape[-1]
+        return aten.full.default(shape, 0, dtype=a.dtype)
+    f64 = torch.float64
+    atol_t = atol if atol is not None else aten.full.default([], 0, dtype=f64)
+    if rtol is not None:
+        rtol_t = rtol
+    else:
+        eps = torch.finfo(a.dtype).eps * max(a.shape[-1], a.shape[-2])
+        rtol_t = aten.full.default([], eps, dtype=f64)
+        if atol is not None:
+            rtol_t = aten.where.self(aten.gt.Scalar(atol, 0), aten.full.default([], 0, dtype=f64),
+                                     rtol_t)
+    zero = aten.full.default([], 0, dtype=a.dtype)
+    if hermitian:
+        s, u = aten._linalg_eigh.default(a, "L", True)
+        s_abs = aten.abs.default(s)
+        max_val = aten.amax.default(s_abs, [-1], True)
+        tol = aten.maximum.default(aten.unsqueeze.default(atol_t, -1),
+                                   aten.mul.Tensor(aten.unsqueeze.default(rtol_t, -1), max_val))
+        s_inv = aten.where.self(aten.gt.Tensor(s_abs, tol), aten.reciprocal.default(s), zero)
+        return aten.matmul.default(aten.mul.Tensor(u, aten.unsqueeze.default(s_inv, -2)), _mT(u))
+    u, s, vh = aten._linalg_svd.default(a, False, True)
+    max_val = aten.slice.Tensor(s, -1, 0, 1)
+    tol = aten.maximum.default(aten.unsqueeze.default(atol_t, -1),
+                               aten.mul.Tensor(aten.unsqueeze.default(rtol_t, -1), max_val))
+    s_inv = aten.where.self(aten.gt.Tensor(s, tol), aten.reciprocal.default(s), zero)
+    return aten.matmul.default(aten.mul.Tensor(_mT(vh), aten.unsqueeze.default(s_inv, -2)),
+                               _mT(u))
+
+
+def _linalg_matrix_sqrth(a):
+    # V diag(sqrt(max(w, 0))) V^T of the lower triangle's eigendecomposition (eager clamps
+    # negative eigenvalues to 0 as well)
+    w, v = aten._linalg_eigh.default(a, "L", True)
+    root = aten.sqrt.default(aten.clamp.default(w, 0))
+    return aten.matmul.default(aten.mul.Tensor(v, aten.unsqueeze.default(root, -2)), _mT(v))
+
+
+def _linalg_polar(a):
+    # A = W S Vh: U = W Vh, H = Vh^T diag(S) Vh (the CPU's SVD-based computation)
+    w, s, vh = aten._linalg_svd.default(a, False, True)
+    u = aten.matmul.default(w, vh)
+    h = aten.matmul.default(aten.mul.Tensor(_mT(vh), aten.unsqueeze.default(s, -2)), vh)
+    return u, h
+
+
 def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
                     unsafe=False, initial=None):
     # 1-D lengths or offsets: each element's segment by searchsorted of the segment ends, then
@@ -651,5 +705,8 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.cholesky_solve.default: _cholesky_solve,
         aten.cholesky_inverse.default: _cholesky_inverse,
         aten.segment_reduce.default: _segment_reduce,
+        aten.linalg_pinv.atol_rtol_tensor: _linalg_pinv,
+        aten.linalg_matrix_sqrth.default: _linalg_matrix_sqrth,
+        aten.linalg_polar.default: _linalg_polar,
         torch.ops.prims.convert_element_type.default: _convert_element_type,
     }
