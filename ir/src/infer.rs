@@ -1945,6 +1945,49 @@ pub fn linalg_matrix_exp(cx: &InferCx) -> R<Vec<TensorType>> {
     Ok(vec![a.clone()])
 }
 
+/// `linalg_ldl_factor_ex(self, hermitian, check_errors)`: LD, i32 pivots `[.., n]`, i32 info.
+pub fn linalg_ldl_factor(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("self")?;
+    let (b, n) = square(a, "self")?;
+    Ok(vec![
+        a.clone(),
+        batched(DType::I32, &b, &[n]),
+        batched(DType::I32, &b, &[]),
+    ])
+}
+
+/// `linalg_ldl_solve(LD, pivots, B, hermitian)`: as [`linalg_lu_solve`] with left = true.
+pub fn linalg_ldl_solve(cx: &InferCx) -> R<Vec<TensorType>> {
+    let (ld, piv, bt) = (cx.t("LD")?, cx.t("pivots")?, cx.t("B")?);
+    let (lb, n) = square(ld, "LD")?;
+    if !matches!(piv.dtype, DType::I32 | DType::I64) {
+        return Err(format!(
+            "pivots have dtype {}, expected an integer dtype",
+            piv.dtype
+        ));
+    }
+    let mut want = lb.clone();
+    want.push(Dim::Static(n));
+    if piv.shape != want {
+        return Err(format!(
+            "pivots have shape {}, expected {}",
+            shape_string(&piv.shape),
+            shape_string(&want)
+        ));
+    }
+    if bt.dtype != ld.dtype {
+        return Err(format!(
+            "B has dtype {}, expected {} (LD's)",
+            bt.dtype, ld.dtype
+        ));
+    }
+    let (bb, m, k) = matrix(bt, "B")?;
+    if m != n {
+        return Err(format!("B has {m} rows, LD is {n}x{n}"));
+    }
+    Ok(vec![broadcast_batch(&lb, &bb, &[m, k], ld.dtype)?])
+}
+
 /// `linalg_lu_factor_ex(A, pivot, check_errors)`: LU, i32 pivots `[.., min(m, n)]`, i32 info.
 pub fn linalg_lu_factor(cx: &InferCx) -> R<Vec<TensorType>> {
     let a = cx.t("A")?;
@@ -2289,6 +2332,20 @@ mod rule_tests {
     fn division_without_rounding_is_true_division() {
         assert_eq!(err_of("  %a: i64[3] = input\n  %b: i64[3] = input\n  %d: f32[3] = aten.div.Tensor_mode(%a, %b, rounding_mode=none)\n  return %d"), "");
         assert_eq!(err_of("  %a: i64[3] = input\n  %b: i64[3] = input\n  %d: i64[3] = aten.div.Tensor_mode(%a, %b, rounding_mode=\"floor\")\n  return %d"), "");
+    }
+
+    #[test]
+    fn linalg_shapes_and_errors() {
+        // a vector right-hand side, batch dims broadcast; LU and pivots of A
+        assert_eq!(err_of("  %a: f32[2, 1, 4, 4] = input\n  %b: f32[2, 1, 4] = input\n  s: %x: f32[2, 1, 4], %lu: f32[2, 1, 4, 4], %p: i32[2, 1, 4], %i: i32[2, 1] = aten._linalg_solve_ex.default(%a, %b)\n  return %x"), "");
+        assert_eq!(err_of("  %a: f32[3, 5] = input\n  s: %u: f32[3, 3], %s: f32[3], %v: f32[5, 5] = aten._linalg_svd.default(%a, full_matrices=true)\n  return %s"), "");
+        assert_eq!(err_of("  %a: f32[5, 3] = input\n  q: %q: f32[0], %r: f32[3, 3] = aten.linalg_qr.default(%a, mode=\"r\")\n  return %r"), "");
+        let e = err_of("  %a: f32[2, 3] = input\n  i: %x: f32[2, 3], %i: i32[] = aten.linalg_inv_ex.default(%a)\n  return %x");
+        assert!(e.contains("square"), "{e}");
+        let e = err_of("  %a: f32[3, 3] = input\n  q: %q: f32[3, 3], %r: f32[3, 3] = aten.linalg_qr.default(%a, mode=\"full\")\n  return %r");
+        assert!(e.contains("mode"), "{e}");
+        let e = err_of("  %a: i64[3, 3] = input\n  d: %d: i64[], %lu: i64[3, 3], %p: i32[3] = aten._linalg_det.default(%a)\n  return %d");
+        assert!(e.contains("floating"), "{e}");
     }
 
     #[test]

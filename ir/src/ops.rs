@@ -182,6 +182,8 @@ ops! {
     LinalgEigh = "aten._linalg_eigh.default" ["A" Tensor, "UPLO" Str = D::Str("L"), "compute_v" Bool = D::Bool(true)] -> 2, linalg_eigh;
     LinalgHouseholderProduct = "aten.linalg_householder_product.default" ["input" Tensor, "tau" Tensor] -> 1, householder_product;
     LinalgInvEx = "aten.linalg_inv_ex.default" ["A" Tensor, "check_errors" Bool = D::Bool(false)] -> 2, linalg_inv;
+    LinalgLdlFactorEx = "aten.linalg_ldl_factor_ex.default" ["self" Tensor, "hermitian" Bool = D::Bool(false), "check_errors" Bool = D::Bool(false)] -> 3, linalg_ldl_factor;
+    LinalgLdlSolve = "aten.linalg_ldl_solve.default" ["LD" Tensor, "pivots" Tensor, "B" Tensor, "hermitian" Bool = D::Bool(false)] -> 1, linalg_ldl_solve;
     LinalgLu = "aten.linalg_lu.default" ["A" Tensor, "pivot" Bool = D::Bool(true)] -> 3, linalg_lu;
     LinalgLuFactorEx = "aten.linalg_lu_factor_ex.default" ["A" Tensor, "pivot" Bool = D::Bool(true), "check_errors" Bool = D::Bool(false)] -> 3, linalg_lu_factor;
     LinalgLuSolve = "aten.linalg_lu_solve.default" ["LU" Tensor, "pivots" Tensor, "B" Tensor, "left" Bool = D::Bool(true), "adjoint" Bool = D::Bool(false)] -> 1, linalg_lu_solve;
@@ -404,6 +406,8 @@ pub static NO_STABLEHLO: &[(Op, &str)] = &[
     (Op::Ormqr, LAPACK),
     (Op::LuUnpack, LAPACK),
     (Op::LinalgMatrixExp, EXPM),
+    (Op::LinalgLdlFactorEx, LAPACK),
+    (Op::LinalgLdlSolve, LAPACK),
 ];
 
 const BESSEL_JY: &str = "XLA has no Bessel functions of the first or second kind";
@@ -429,8 +433,6 @@ pub static MISSING: &[(&str, &str)] = &[
     ("aten.view_as_complex.default", COMPLEX),
     ("aten.view_as_real.default", COMPLEX),
     ("aten.linalg_eig.default", LINALG),
-    ("aten.linalg_ldl_factor_ex.default", LINALG),
-    ("aten.linalg_ldl_solve.default", LINALG),
     ("aten.linalg_solve_triangular.default", LINALG_DECOMPOSED),
     ("aten.triangular_solve.default", LINALG_DECOMPOSED),
     ("aten.cholesky_solve.default", LINALG_DECOMPOSED),

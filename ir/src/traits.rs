@@ -302,7 +302,9 @@ impl Op {
             | Geqrf
             | Ormqr
             | LuUnpack
-            | LinalgMatrixExp => OpKind::Other,
+            | LinalgMatrixExp
+            | LinalgLdlFactorEx
+            | LinalgLdlSolve => OpKind::Other,
         }
     }
 

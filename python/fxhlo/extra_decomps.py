@@ -586,6 +586,59 @@ def _linalg_polar(a):
     return u, h
 
 
+def _lu_det_p(pivots):
+    # ATen's lu_det_P: the sign of the permutation of LAPACK pivots, as i64 +-1
+    n = pivots.shape[-1]
+    moved = aten.ne.Tensor(aten.arange.start_step(1, n + 1, dtype=pivots.dtype), pivots)
+    odd = aten.remainder.Scalar(aten.sum.dim_IntList(moved, [-1], False, dtype=torch.int64), 2)
+    return aten.add.Scalar(aten.mul.Scalar(odd, -2), 1)
+
+
+def _lu_of(a):
+    # ATen factors A^T when A is contiguous (det(A^T) = det(A); lu_factor wants F-contiguous
+    # input): its LU and pivot outputs, and the backward formulas, depend on that choice
+    use_t = a.is_contiguous()
+    lu, piv, info = aten.linalg_lu_factor_ex.default(_mT(a) if use_t else a)
+    return use_t, lu, piv, info
+
+
+def _linalg_det(a):
+    _, lu, piv, _ = _lu_of(a)
+    diag = aten.diagonal.default(lu, 0, -2, -1)
+    return aten.mul.Tensor(_lu_det_p(piv), aten.prod.dim_int(diag, -1)), lu, piv
+
+
+def _linalg_slogdet(a):
+    _, lu, piv, _ = _lu_of(a)
+    diag = aten.diagonal.default(lu, 0, -2, -1)
+    sign = aten.mul.Tensor(aten.prod.dim_int(aten.sign.default(diag), -1), _lu_det_p(piv))
+    logabs = aten.sum.dim_IntList(aten.log.default(aten.abs.default(diag)), [-1])
+    return sign, logabs, lu, piv
+
+
+def _linalg_solve_ex(a, b, *, left=True, check_errors=False):
+    if check_errors:
+        return NotImplemented  # the op itself raises; kept whole
+    vector = b.dim() == 1 or (a.dim() - 1 == b.dim() and b.shape == a.shape[:-1])
+    use_t, lu, piv, info = _lu_of(a)
+    b2 = aten.unsqueeze.default(b, -1) if vector else b
+    x = aten.linalg_lu_solve.default(lu, piv, b2, left=left, adjoint=use_t)
+    return (aten.squeeze.dim(x, -1) if vector else x), lu, piv, info
+
+
+def stride_dependent() -> Dict[Callable, Callable]:
+    """Ops of fxhlo's table that the backend decomposes all the same, because ATen's result
+    depends on the input's strides, which only a decomposition sees: ``_linalg_det``,
+    ``_linalg_slogdet`` and ``_linalg_solve_ex`` factor ``A^T`` when ``A`` is contiguous (their
+    LU and pivot outputs, which the backward formulas read, are those of ``A^T`` then); these
+    decompositions do as ATen does, on ``linalg_lu_factor_ex`` and ``linalg_lu_solve``."""
+    return {
+        aten._linalg_det.default: _linalg_det,
+        aten._linalg_slogdet.default: _linalg_slogdet,
+        aten._linalg_solve_ex.default: _linalg_solve_ex,
+    }
+
+
 def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
                     unsafe=False, initial=None):
     # 1-D lengths or offsets: each element's segment by searchsorted of the segment ends, then

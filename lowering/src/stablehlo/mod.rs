@@ -748,7 +748,9 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         | Op::Geqrf
         | Op::Ormqr
         | Op::LuUnpack
-        | Op::LinalgMatrixExp => Err(format!("{op} has no StableHLO lowering")),
+        | Op::LinalgMatrixExp
+        | Op::LinalgLdlFactorEx
+        | Op::LinalgLdlSolve => Err(format!("{op} has no StableHLO lowering")),
         Op::UpsampleBilinear2dVec => one(pool::upsample(cx, true)),
         Op::GridSampler2d => one(pool::grid_sampler_2d(cx)),
         // ---------------------------------------------------------------- normalization

@@ -2,7 +2,8 @@
 //! `linalg_lu_solve`, `_linalg_solve_ex`, `linalg_inv_ex`, `_linalg_det`, `_linalg_slogdet`),
 //! Cholesky (`linalg_cholesky_ex`), Householder QR (`geqrf`, `linalg_householder_product`,
 //! `ormqr`, `linalg_qr`), the symmetric eigendecomposition (`_linalg_eigh`) and the SVD
-//! (`_linalg_svd`), and the matrix exponential (`linalg_matrix_exp`).
+//! (`_linalg_svd`), Bunch-Kaufman LDL (`linalg_ldl_factor_ex`, `linalg_ldl_solve`: `sytrf`,
+//! `sytrs`), and the matrix exponential (`linalg_matrix_exp`).
 //!
 //! Matrices are the last two dimensions; the others are batch dimensions. Everything is
 //! computed in `f64` and rounded once, by small unblocked kernels that follow LAPACK's
@@ -993,6 +994,244 @@ pub(crate) fn svd(cx: &Ctx) -> R<Vec<Tensor>> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// LDL (Bunch-Kaufman)
+
+/// Bunch-Kaufman `L D L^T` of the lower triangle of the symmetric `n x n` matrix `a`, in
+/// place (LAPACK's `sytf2` with `uplo = 'L'`): D's 1x1 and 2x2 blocks on the diagonal and
+/// sub-diagonal, L's multipliers below them. Returns the 1-based LAPACK pivots (`k` for a 1x1
+/// block whose row and column `k` were interchanged with `kp`; `-kp` twice for a 2x2 block)
+/// and `info`, the first zero diagonal block (1-based).
+fn sytf2_lower(a: &mut [f64], n: usize) -> (Vec<i64>, i64) {
+    let alpha = (1.0 + 17f64.sqrt()) / 8.0;
+    let mut piv = vec![0i64; n];
+    let mut info = 0;
+    let at = |i: usize, j: usize| i * n + j;
+    // first index of the largest |value| among `idx`
+    let amax = |a: &[f64], idx: &mut dyn Iterator<Item = (usize, usize)>| {
+        let mut best: Option<((usize, usize), f64)> = None;
+        for (i, j) in idx {
+            let v = a[at(i, j)].abs();
+            if best.is_none_or(|(_, b)| v > b) {
+                best = Some(((i, j), v));
+            }
+        }
+        best
+    };
+    let mut k = 0;
+    while k < n {
+        let mut kstep = 1;
+        let absakk = a[at(k, k)].abs();
+        let (imax, colmax) = match amax(a, &mut (k + 1..n).map(|i| (i, k))) {
+            Some(((i, _), v)) => (i, v),
+            None => (k, 0.0),
+        };
+        let kp;
+        if absakk.max(colmax) == 0.0 || absakk.is_nan() {
+            if info == 0 {
+                info = k as i64 + 1;
+            }
+            kp = k;
+        } else {
+            if absakk >= alpha * colmax {
+                kp = k;
+            } else {
+                let mut rowmax = amax(a, &mut (k..imax).map(|j| (imax, j))).map_or(0.0, |b| b.1);
+                if let Some((_, v)) = amax(a, &mut (imax + 1..n).map(|i| (i, imax))) {
+                    rowmax = rowmax.max(v);
+                }
+                if absakk >= alpha * colmax * (colmax / rowmax) {
+                    kp = k;
+                } else if a[at(imax, imax)].abs() >= alpha * rowmax {
+                    kp = imax;
+                } else {
+                    kp = imax;
+                    kstep = 2;
+                }
+            }
+            let kk = k + kstep - 1;
+            if kp != kk {
+                for i in kp + 1..n {
+                    a.swap(at(i, kk), at(i, kp));
+                }
+                for j in kk + 1..kp {
+                    a.swap(at(j, kk), at(kp, j));
+                }
+                a.swap(at(kk, kk), at(kp, kp));
+                if kstep == 2 {
+                    a.swap(at(k + 1, k), at(kp, k));
+                }
+            }
+            if kstep == 1 {
+                let d11 = 1.0 / a[at(k, k)];
+                for j in k + 1..n {
+                    let xj = a[at(j, k)];
+                    for i in j..n {
+                        a[at(i, j)] -= d11 * a[at(i, k)] * xj;
+                    }
+                }
+                for i in k + 1..n {
+                    a[at(i, k)] *= d11;
+                }
+            } else if k + 2 < n {
+                let d21 = a[at(k + 1, k)];
+                let d11 = a[at(k + 1, k + 1)] / d21;
+                let d22 = a[at(k, k)] / d21;
+                let t = 1.0 / (d11 * d22 - 1.0);
+                let d21 = t / d21;
+                for j in k + 2..n {
+                    let wk = d21 * (d11 * a[at(j, k)] - a[at(j, k + 1)]);
+                    let wkp1 = d21 * (d22 * a[at(j, k + 1)] - a[at(j, k)]);
+                    for i in j..n {
+                        a[at(i, j)] -= a[at(i, k)] * wk + a[at(i, k + 1)] * wkp1;
+                    }
+                    a[at(j, k)] = wk;
+                    a[at(j, k + 1)] = wkp1;
+                }
+            }
+        }
+        if kstep == 1 {
+            piv[k] = kp as i64 + 1;
+        } else {
+            piv[k] = -(kp as i64 + 1);
+            piv[k + 1] = -(kp as i64 + 1);
+        }
+        k += kstep;
+    }
+    (piv, info)
+}
+
+/// Solves `A X = B` for `n x c` B in place, A given by [`sytf2_lower`]'s factors and pivots
+/// (LAPACK's `sytrs` with `uplo = 'L'`).
+fn sytrs_lower(ld: &[f64], piv: &[i64], n: usize, b: &mut [f64], c: usize) -> R<()> {
+    let at = |i: usize, j: usize| i * n + j;
+    let swap = |b: &mut [f64], i: usize, p: usize| {
+        if i != p {
+            for col in 0..c {
+                b.swap(i * c + col, p * c + col);
+            }
+        }
+    };
+    let target = |p: i64| -> R<usize> {
+        let q = p.unsigned_abs() as usize;
+        if q == 0 || q > n {
+            return Err(format!("pivot {p} is out of range for {n}x{n} matrices"));
+        }
+        Ok(q - 1)
+    };
+    let mut k = 0;
+    while k < n {
+        if piv[k] > 0 {
+            swap(b, k, target(piv[k])?);
+            for i in k + 1..n {
+                for col in 0..c {
+                    b[i * c + col] -= ld[at(i, k)] * b[k * c + col];
+                }
+            }
+            for col in 0..c {
+                b[k * c + col] /= ld[at(k, k)];
+            }
+            k += 1;
+        } else {
+            if k + 1 >= n {
+                return Err(format!("a 2x2 pivot block starts at the last row {k}"));
+            }
+            swap(b, k + 1, target(piv[k])?);
+            for i in k + 2..n {
+                for col in 0..c {
+                    b[i * c + col] -=
+                        ld[at(i, k)] * b[k * c + col] + ld[at(i, k + 1)] * b[(k + 1) * c + col];
+                }
+            }
+            let akm1k = ld[at(k + 1, k)];
+            let akm1 = ld[at(k, k)] / akm1k;
+            let ak = ld[at(k + 1, k + 1)] / akm1k;
+            let denom = akm1 * ak - 1.0;
+            for col in 0..c {
+                let bkm1 = b[k * c + col] / akm1k;
+                let bk = b[(k + 1) * c + col] / akm1k;
+                b[k * c + col] = (ak * bkm1 - bk) / denom;
+                b[(k + 1) * c + col] = (akm1 * bk - bkm1) / denom;
+            }
+            k += 2;
+        }
+    }
+    let mut k = n;
+    while k > 0 {
+        let kk = k - 1;
+        if piv[kk] > 0 {
+            for col in 0..c {
+                let s: f64 = (kk + 1..n).map(|i| ld[at(i, kk)] * b[i * c + col]).sum();
+                b[kk * c + col] -= s;
+            }
+            swap(b, kk, target(piv[kk])?);
+            k -= 1;
+        } else {
+            if kk == 0 {
+                return Err("a 2x2 pivot block ends at the first row".into());
+            }
+            for col in 0..c {
+                let s: f64 = (kk + 1..n).map(|i| ld[at(i, kk)] * b[i * c + col]).sum();
+                let s1: f64 = (kk + 1..n)
+                    .map(|i| ld[at(i, kk - 1)] * b[i * c + col])
+                    .sum();
+                b[kk * c + col] -= s;
+                b[(kk - 1) * c + col] -= s1;
+            }
+            swap(b, kk, target(piv[kk])?);
+            k -= 2;
+        }
+    }
+    Ok(())
+}
+
+/// `linalg_ldl_factor_ex(self, hermitian, check_errors)`: LD is the factorization of the
+/// lower triangle (its strict upper triangle zero), as ATen leaves it.
+pub(crate) fn ldl_factor_ex(cx: &Ctx) -> R<Vec<Tensor>> {
+    let a = Mats::of(cx.t("self")?, "self")?;
+    let n = a.square("self")?;
+    let (mut lds, mut pivs, mut infos) = (Vec::with_capacity(a.v.len()), vec![], vec![]);
+    for b in 0..a.count() {
+        let mut m = a.get(b).to_vec();
+        for i in 0..n {
+            for j in i + 1..n {
+                m[i * n + j] = 0.0;
+            }
+        }
+        let (p, info) = sytf2_lower(&mut m, n);
+        lds.extend(m);
+        pivs.extend(p);
+        infos.push(info);
+    }
+    check_info(cx, &infos, "the LDL factorization (the matrix is singular)")?;
+    Ok(vec![
+        Tensor::from_f64s(cx.out_dtype_of(0), cx.out_shape_of(0), lds),
+        i32s(cx.out_dtype_of(1), cx.out_shape_of(1), pivs),
+        i32s(cx.out_dtype_of(2), cx.out_shape_of(2), infos),
+    ])
+}
+
+/// `linalg_ldl_solve(LD, pivots, B, hermitian)`: batch dimensions broadcast.
+pub(crate) fn ldl_solve(cx: &Ctx) -> R<Vec<Tensor>> {
+    let ld = Mats::of(cx.t("LD")?, "LD")?;
+    let n = ld.square("LD")?;
+    let pivs = cx.t("pivots")?.i64s();
+    let b = Mats::of(cx.t("B")?, "B")?;
+    let shape = cx.out_shape_of(0);
+    let out_batch = shape[..shape.len() - 2].to_vec();
+    let mut out = Vec::with_capacity(numel(&shape));
+    for o in 0..numel(&out_batch) {
+        let (il, ib) = (
+            broadcast_index(&out_batch, &ld.batch, o),
+            broadcast_index(&out_batch, &b.batch, o),
+        );
+        let mut x = b.get(ib).to_vec();
+        sytrs_lower(ld.get(il), &pivs[il * n..(il + 1) * n], n, &mut x, b.n)?;
+        out.extend(x);
+    }
+    Ok(vec![Tensor::from_f64s(cx.out_dtype(), shape, out)])
+}
+
+// ---------------------------------------------------------------------------------------------
 // matrix exponential
 
 /// `exp(A)` of an `n x n` matrix: scaled until its 1-norm is at most 1/4, a Taylor
@@ -1170,6 +1409,26 @@ mod tests {
         let e = expm(&[0.0, 5.0, 0.0, 0.0], 2);
         assert!(close(&e, &[1.0, 5.0, 0.0, 1.0], 1e-13));
         assert!(expm(&[f64::NAN], 1)[0].is_nan());
+    }
+
+    #[test]
+    fn ldl_solves_with_1x1_and_2x2_blocks() {
+        // a zero diagonal forces a 2x2 block
+        let a = vec![0.0, 1.0, 2.0, 1.0, 0.0, 3.0, 2.0, 3.0, 1.0];
+        let mut f = a.clone();
+        let (piv, info) = sytf2_lower(&mut f, 3);
+        assert_eq!(info, 0);
+        assert!(piv.iter().any(|&p| p < 0), "{piv:?}");
+        let mut x = identity(3);
+        sytrs_lower(&f, &piv, 3, &mut x, 3).unwrap();
+        assert!(close(&matmul(&a, &x, 3, 3, 3), &identity(3), 1e-12));
+        // diagonally dominant: 1x1 blocks, no interchange
+        let d = vec![4.0, 1.0, 1.0, 3.0];
+        let mut g = d.clone();
+        assert_eq!(sytf2_lower(&mut g, 2), (vec![1, 2], 0));
+        let mut z = vec![0.0; 4];
+        assert_eq!(sytf2_lower(&mut z, 2).1, 1);
+        assert!(sytrs_lower(&g, &[5, 2], 2, &mut [1.0, 1.0], 1).is_err());
     }
 
     #[test]

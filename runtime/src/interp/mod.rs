@@ -823,6 +823,8 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::Ormqr => factor::ormqr(cx),
         Op::LuUnpack => factor::lu_unpack(cx),
         Op::LinalgMatrixExp => factor::matrix_exp(cx),
+        Op::LinalgLdlFactorEx => factor::ldl_factor_ex(cx),
+        Op::LinalgLdlSolve => factor::ldl_solve(cx),
         Op::TrilIndices => one(creation::tri_indices(cx, true)),
         Op::TriuIndices => one(creation::tri_indices(cx, false)),
         Op::Trunc => one(ew::rounding(cx, f64::trunc)),
