@@ -616,26 +616,16 @@ def _linalg_slogdet(a):
     return sign, logabs, lu, piv
 
 
-def _linalg_solve_ex(a, b, *, left=True, check_errors=False):
-    if check_errors:
-        return NotImplemented  # the op itself raises; kept whole
-    vector = b.dim() == 1 or (a.dim() - 1 == b.dim() and b.shape == a.shape[:-1])
-    use_t, lu, piv, info = _lu_of(a)
-    b2 = aten.unsqueeze.default(b, -1) if vector else b
-    x = aten.linalg_lu_solve.default(lu, piv, b2, left=left, adjoint=use_t)
-    return (aten.squeeze.dim(x, -1) if vector else x), lu, piv, info
-
-
 def stride_dependent() -> Dict[Callable, Callable]:
     """Ops of fxhlo's table that the backend decomposes all the same, because ATen's result
-    depends on the input's strides, which only a decomposition sees: ``_linalg_det``,
-    ``_linalg_slogdet`` and ``_linalg_solve_ex`` factor ``A^T`` when ``A`` is contiguous (their
-    LU and pivot outputs, which the backward formulas read, are those of ``A^T`` then); these
-    decompositions do as ATen does, on ``linalg_lu_factor_ex`` and ``linalg_lu_solve``."""
+    depends on the input's strides, which only a decomposition sees: ``_linalg_det`` and
+    ``_linalg_slogdet`` factor ``A^T`` when ``A`` is contiguous (their LU and pivot outputs,
+    which the backward formulas read, are those of ``A^T`` then); these decompositions do as
+    ATen does, on ``linalg_lu_factor_ex``.  (``_linalg_solve_ex``'s LU is that of ``A``
+    whatever its strides: the op table's kernel computes it.)"""
     return {
         aten._linalg_det.default: _linalg_det,
         aten._linalg_slogdet.default: _linalg_slogdet,
-        aten._linalg_solve_ex.default: _linalg_solve_ex,
     }
 
 

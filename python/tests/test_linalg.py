@@ -107,8 +107,22 @@ def test_eigenvectors_and_singular_vectors_up_to_sign():
     torch.testing.assert_close(vh * s.unsqueeze(-1), vhe, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("bshape", [(4,), (4, 2)])
+def test_gradients_of_solve(bshape):
+    """solve's backward reads the forward's LU (that of A, not A^T) with adjoint solves."""
+    a = (_x(4, 4) + 4 * torch.eye(4)).requires_grad_()
+    b = _x(*bshape, seed=1).requires_grad_()
+    out = _strict(torch.linalg.solve)(a, b)
+    g = _x(*out.shape, seed=2)
+    got = torch.autograd.grad(out, (a, b), g)
+    want = torch.autograd.grad(torch.linalg.solve(a, b), (a, b), g)
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
 def test_gradients_of_inverse_and_det():
-    """The backward graphs (matmuls and solves on the factorizations) compile whole."""
+    """The backward graphs (matmuls and solves on the factorizations) compile whole; det's
+    LU is that of A^T, as ATen factors a contiguous A."""
     a = (_x(4, 4) + 4 * torch.eye(4)).requires_grad_()
     f = _strict(lambda x: torch.linalg.inv(x).sum() + torch.linalg.det(x))
     f(a).backward()
