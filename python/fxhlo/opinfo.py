@@ -798,7 +798,9 @@ def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         "defaults for the dtype (f32 rtol 1.3e-6 atol 1e-5; bf16 rtol 1.6e-2 atol 1e-5), and "
         "where fxhlo and eager differ beyond them, fxhlo's error against a float64 run may not "
         "exceed eager's plus that tolerance; sort/top-k index outputs may differ in tie order "
-        "only.",
+        "only; eigenvectors and singular vectors (linalg.eigh, linalg.svd, svd) in the sign of "
+        "each vector only (u_i and v_i together), a flipped vector's gradient compared with "
+        "eager's for the flipped cotangent.",
         "",
     ]
     at = next(i for i, x in enumerate(lines) if x.startswith("torch ")) + 1
