@@ -1881,6 +1881,423 @@ pub fn index_put(cx: &InferCx) -> R<Vec<TensorType>> {
     Ok(vec![t.clone()])
 }
 
+// ---------------------------------------------------------------------------------------------
+// linear algebra (matrices are the last two dimensions; the others are batch dimensions)
+
+/// A floating tensor of rank >= 2 with static matrix dimensions: (batch dims, rows, columns).
+fn matrix(t: &TensorType, what: &str) -> R<(Vec<Dim>, i64, i64)> {
+    if !t.dtype.is_float() {
+        return Err(format!(
+            "{what} has dtype {}, expected a floating dtype",
+            t.dtype
+        ));
+    }
+    if t.rank() < 2 {
+        return Err(format!(
+            "{what} has shape {}, expected a matrix or a batch of matrices",
+            shape_string(&t.shape)
+        ));
+    }
+    let r = t.rank();
+    let dims = static_shape(
+        &TensorType {
+            dtype: t.dtype,
+            shape: t.shape[r - 2..].to_vec(),
+        },
+        what,
+    )?;
+    Ok((t.shape[..r - 2].to_vec(), dims[0], dims[1]))
+}
+
+/// [`matrix`], square.
+fn square(t: &TensorType, what: &str) -> R<(Vec<Dim>, i64)> {
+    let (b, m, n) = matrix(t, what)?;
+    if m != n {
+        return Err(format!(
+            "{what} has shape {}, expected square matrices",
+            shape_string(&t.shape)
+        ));
+    }
+    Ok((b, n))
+}
+
+/// `batch` followed by static dimensions.
+fn batched(dtype: DType, batch: &[Dim], dims: &[i64]) -> TensorType {
+    let mut shape = batch.to_vec();
+    shape.extend(dims.iter().map(|&d| Dim::Static(d)));
+    tt(dtype, shape)
+}
+
+fn str_arg<'a>(cx: &'a InferCx, name: &str) -> R<&'a str> {
+    match cx.arg(name) {
+        Arg::Str(s) => Ok(s),
+        a => Err(format!(
+            "argument `{name}` must be a string, found {}",
+            a.kind_name()
+        )),
+    }
+}
+
+/// `linalg_matrix_exp(self)`: square matrices, same type.
+pub fn linalg_matrix_exp(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("self")?;
+    square(a, "self")?;
+    Ok(vec![a.clone()])
+}
+
+/// `linalg_ldl_factor_ex(self, hermitian, check_errors)`: LD, i32 pivots `[.., n]`, i32 info.
+pub fn linalg_ldl_factor(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("self")?;
+    let (b, n) = square(a, "self")?;
+    Ok(vec![
+        a.clone(),
+        batched(DType::I32, &b, &[n]),
+        batched(DType::I32, &b, &[]),
+    ])
+}
+
+/// `linalg_ldl_solve(LD, pivots, B, hermitian)`: as [`linalg_lu_solve`] with left = true.
+pub fn linalg_ldl_solve(cx: &InferCx) -> R<Vec<TensorType>> {
+    let (ld, piv, bt) = (cx.t("LD")?, cx.t("pivots")?, cx.t("B")?);
+    let (lb, n) = square(ld, "LD")?;
+    if !matches!(piv.dtype, DType::I32 | DType::I64) {
+        return Err(format!(
+            "pivots have dtype {}, expected an integer dtype",
+            piv.dtype
+        ));
+    }
+    let mut want = lb.clone();
+    want.push(Dim::Static(n));
+    if piv.shape != want {
+        return Err(format!(
+            "pivots have shape {}, expected {}",
+            shape_string(&piv.shape),
+            shape_string(&want)
+        ));
+    }
+    if bt.dtype != ld.dtype {
+        return Err(format!(
+            "B has dtype {}, expected {} (LD's)",
+            bt.dtype, ld.dtype
+        ));
+    }
+    let (bb, m, k) = matrix(bt, "B")?;
+    if m != n {
+        return Err(format!("B has {m} rows, LD is {n}x{n}"));
+    }
+    Ok(vec![broadcast_batch(&lb, &bb, &[m, k], ld.dtype)?])
+}
+
+/// `linalg_lu_factor_ex(A, pivot, check_errors)`: LU, i32 pivots `[.., min(m, n)]`, i32 info.
+pub fn linalg_lu_factor(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("A")?;
+    let (b, m, n) = matrix(a, "A")?;
+    Ok(vec![
+        a.clone(),
+        batched(DType::I32, &b, &[m.min(n)]),
+        batched(DType::I32, &b, &[]),
+    ])
+}
+
+/// `linalg_lu(A, pivot)`: P `[.., m, m]` (`[0]` without pivoting), L `[.., m, k]`, U `[.., k, n]`.
+pub fn linalg_lu(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("A")?;
+    let (b, m, n) = matrix(a, "A")?;
+    let k = m.min(n);
+    let p = if cx.bool("pivot")? {
+        batched(a.dtype, &b, &[m, m])
+    } else {
+        st(a.dtype, &[0])
+    };
+    Ok(vec![
+        p,
+        batched(a.dtype, &b, &[m, k]),
+        batched(a.dtype, &b, &[k, n]),
+    ])
+}
+
+/// `lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots)`: P, L, U as [`linalg_lu`]
+/// (`[0]` for the parts not unpacked).
+pub fn lu_unpack(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("LU_data")?;
+    let (b, m, n) = matrix(a, "LU_data")?;
+    let k = m.min(n);
+    let piv = cx.t("LU_pivots")?;
+    if !matches!(piv.dtype, DType::I32 | DType::I64) {
+        return Err(format!(
+            "LU_pivots has dtype {}, expected an integer dtype",
+            piv.dtype
+        ));
+    }
+    let mut want = b.clone();
+    want.push(Dim::Static(k));
+    if piv.shape != want {
+        return Err(format!(
+            "LU_pivots has shape {}, expected {}",
+            shape_string(&piv.shape),
+            shape_string(&want)
+        ));
+    }
+    let empty = st(a.dtype, &[0]);
+    let p = if cx.bool("unpack_pivots")? {
+        batched(a.dtype, &b, &[m, m])
+    } else {
+        empty.clone()
+    };
+    let (l, u) = if cx.bool("unpack_data")? {
+        (batched(a.dtype, &b, &[m, k]), batched(a.dtype, &b, &[k, n]))
+    } else {
+        (empty.clone(), empty)
+    };
+    Ok(vec![p, l, u])
+}
+
+/// `linalg_cholesky_ex(self, upper, check_errors)`: the factor and i32 info.
+pub fn linalg_cholesky(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("self")?;
+    let (b, _) = square(a, "self")?;
+    Ok(vec![a.clone(), batched(DType::I32, &b, &[])])
+}
+
+/// `linalg_inv_ex(A, check_errors)`: the inverse and i32 info.
+pub fn linalg_inv(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("A")?;
+    let (b, _) = square(a, "A")?;
+    Ok(vec![a.clone(), batched(DType::I32, &b, &[])])
+}
+
+/// `_linalg_det(A)`: det `[..]`, LU, i32 pivots.
+pub fn linalg_det(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("A")?;
+    let (b, n) = square(a, "A")?;
+    Ok(vec![
+        batched(a.dtype, &b, &[]),
+        a.clone(),
+        batched(DType::I32, &b, &[n]),
+    ])
+}
+
+/// `_linalg_slogdet(A)`: sign `[..]`, log|det| `[..]`, LU, i32 pivots.
+pub fn linalg_slogdet(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("A")?;
+    let (b, n) = square(a, "A")?;
+    let s = batched(a.dtype, &b, &[]);
+    Ok(vec![s.clone(), s, a.clone(), batched(DType::I32, &b, &[n])])
+}
+
+/// Whether `B` of `_linalg_solve_ex(A, B)` is a (batch of) vector(s), as ATen decides:
+/// `B` is 1-D, or has `A`'s shape less its last dimension.
+pub fn solve_is_vector_rhs(a: &TensorType, b: &TensorType) -> bool {
+    b.rank() == 1 || (a.rank() == b.rank() + 1 && b.shape[..] == a.shape[..a.rank() - 1])
+}
+
+/// Batch dims of two operands broadcast; the result shape `batch + trailing`.
+fn broadcast_batch(a: &[Dim], b: &[Dim], trailing: &[i64], dtype: DType) -> R<TensorType> {
+    let batch = broadcast(a, b)?;
+    Ok(batched(dtype, &batch, trailing))
+}
+
+/// `_linalg_solve_ex(A, B, left, check_errors)`: the solution (batch dims broadcast), A's LU,
+/// i32 pivots and info.
+pub fn linalg_solve(cx: &InferCx) -> R<Vec<TensorType>> {
+    let (a, bt) = (cx.t("A")?, cx.t("B")?);
+    let (ab, n) = square(a, "A")?;
+    if bt.dtype != a.dtype {
+        return Err(format!(
+            "B has dtype {}, expected {} (A's)",
+            bt.dtype, a.dtype
+        ));
+    }
+    let left = cx.bool("left")?;
+    let x = if solve_is_vector_rhs(a, bt) {
+        let r = bt.rank();
+        let len = static_shape(bt, "B")?[r - 1];
+        if len != n {
+            return Err(format!("B has {len} rows, A is {n}x{n}"));
+        }
+        broadcast_batch(&ab, &bt.shape[..r - 1], &[n], a.dtype)?
+    } else {
+        let (bb, m, k) = matrix(bt, "B")?;
+        if (if left { m } else { k }) != n {
+            return Err(format!(
+                "B has shape {}, which does not fit A {n}x{n}{}",
+                shape_string(&bt.shape),
+                if left { "" } else { " (left=False)" }
+            ));
+        }
+        broadcast_batch(&ab, &bb, &[m, k], a.dtype)?
+    };
+    Ok(vec![
+        x,
+        a.clone(),
+        batched(DType::I32, &ab, &[n]),
+        batched(DType::I32, &ab, &[]),
+    ])
+}
+
+/// `linalg_lu_solve(LU, pivots, B, left, adjoint)`: the solution, batch dims broadcast.
+pub fn linalg_lu_solve(cx: &InferCx) -> R<Vec<TensorType>> {
+    let (lu, piv, bt) = (cx.t("LU")?, cx.t("pivots")?, cx.t("B")?);
+    let (lb, n) = square(lu, "LU")?;
+    if !matches!(piv.dtype, DType::I32 | DType::I64) {
+        return Err(format!(
+            "pivots have dtype {}, expected an integer dtype",
+            piv.dtype
+        ));
+    }
+    let mut want = lb.clone();
+    want.push(Dim::Static(n));
+    if piv.shape != want {
+        return Err(format!(
+            "pivots have shape {}, expected {}",
+            shape_string(&piv.shape),
+            shape_string(&want)
+        ));
+    }
+    if bt.dtype != lu.dtype {
+        return Err(format!(
+            "B has dtype {}, expected {} (LU's)",
+            bt.dtype, lu.dtype
+        ));
+    }
+    let (bb, m, k) = matrix(bt, "B")?;
+    let left = cx.bool("left")?;
+    if (if left { m } else { k }) != n {
+        return Err(format!(
+            "B has shape {}, which does not fit LU {n}x{n}",
+            shape_string(&bt.shape)
+        ));
+    }
+    Ok(vec![broadcast_batch(&lb, &bb, &[m, k], lu.dtype)?])
+}
+
+/// `_linalg_eigh(A, UPLO, compute_v)`: ascending eigenvalues `[.., n]` and eigenvectors
+/// `[.., n, n]` (`[0]` without `compute_v`).
+pub fn linalg_eigh(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("A")?;
+    let (b, n) = square(a, "A")?;
+    let uplo = str_arg(cx, "UPLO")?;
+    if uplo != "L" && uplo != "U" {
+        return Err(format!("UPLO must be \"L\" or \"U\", found {uplo:?}"));
+    }
+    let v = if cx.bool("compute_v")? {
+        a.clone()
+    } else {
+        st(a.dtype, &[0])
+    };
+    Ok(vec![batched(a.dtype, &b, &[n]), v])
+}
+
+/// `_linalg_svd(A, full_matrices, compute_uv, driver)`: U, descending S `[.., k]`, Vh (U and
+/// Vh `[0]` without `compute_uv`).
+pub fn linalg_svd(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("A")?;
+    let (b, m, n) = matrix(a, "A")?;
+    let k = m.min(n);
+    let s = batched(a.dtype, &b, &[k]);
+    if !cx.bool("compute_uv")? {
+        return Ok(vec![st(a.dtype, &[0]), s, st(a.dtype, &[0])]);
+    }
+    let (uc, vr) = if cx.bool("full_matrices")? {
+        (m, n)
+    } else {
+        (k, k)
+    };
+    Ok(vec![
+        batched(a.dtype, &b, &[m, uc]),
+        s,
+        batched(a.dtype, &b, &[vr, n]),
+    ])
+}
+
+/// `linalg_qr(A, mode)`: Q and R for mode `reduced`, `complete` or `r` (Q `[0]`).
+pub fn linalg_qr(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("A")?;
+    let (b, m, n) = matrix(a, "A")?;
+    let k = m.min(n);
+    match str_arg(cx, "mode")? {
+        "reduced" => Ok(vec![
+            batched(a.dtype, &b, &[m, k]),
+            batched(a.dtype, &b, &[k, n]),
+        ]),
+        "complete" => Ok(vec![
+            batched(a.dtype, &b, &[m, m]),
+            batched(a.dtype, &b, &[m, n]),
+        ]),
+        "r" => Ok(vec![st(a.dtype, &[0]), batched(a.dtype, &b, &[k, n])]),
+        other => Err(format!(
+            "mode must be \"reduced\", \"complete\" or \"r\", found {other:?}"
+        )),
+    }
+}
+
+/// `geqrf(self)`: the reflectors and R in one matrix, and tau `[.., min(m, n)]`.
+pub fn geqrf(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("self")?;
+    let (b, m, n) = matrix(a, "self")?;
+    Ok(vec![a.clone(), batched(a.dtype, &b, &[m.min(n)])])
+}
+
+fn check_tau(tau: &TensorType, batch: &[Dim], max: i64, dtype: DType) -> R<i64> {
+    if tau.dtype != dtype {
+        return Err(format!("tau has dtype {}, expected {dtype}", tau.dtype));
+    }
+    let r = tau.rank();
+    if r == 0 || tau.shape[..r - 1] != *batch {
+        return Err(format!(
+            "tau has shape {}, expected the batch dimensions {} and one more",
+            shape_string(&tau.shape),
+            shape_string(batch)
+        ));
+    }
+    let k = static_shape(tau, "tau")?[r - 1];
+    if k > max {
+        return Err(format!("tau has {k} reflectors, at most {max} fit"));
+    }
+    Ok(k)
+}
+
+/// `linalg_householder_product(input [.., m, n], tau [.., k])`: the first n columns of the
+/// product of the k reflectors (`m >= n >= k`).
+pub fn householder_product(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("input")?;
+    let (b, m, n) = matrix(a, "input")?;
+    if m < n {
+        return Err(format!(
+            "input is {m}x{n}, expected at least as many rows as columns"
+        ));
+    }
+    check_tau(cx.t("tau")?, &b, n, a.dtype)?;
+    Ok(vec![a.clone()])
+}
+
+/// `ormqr(self, input2 = tau, input3 = C, left, transpose)`: C multiplied by the product of
+/// the reflectors of `self` (as `geqrf` writes them).
+pub fn ormqr(cx: &InferCx) -> R<Vec<TensorType>> {
+    let a = cx.t("self")?;
+    let (b, m, n) = matrix(a, "self")?;
+    check_tau(cx.t("input2")?, &b, n.min(m), a.dtype)?;
+    let c = cx.t("input3")?;
+    let (cb, cm, cn) = matrix(c, "input3")?;
+    if c.dtype != a.dtype || cb != b {
+        return Err(format!(
+            "input3 is {}{}, expected {} with self's batch dimensions",
+            c.dtype,
+            shape_string(&c.shape),
+            a.dtype
+        ));
+    }
+    let order = if cx.bool("left")? { cm } else { cn };
+    if order != m {
+        return Err(format!(
+            "input3 has shape {}, whose {} must be self's {m} rows",
+            shape_string(&c.shape),
+            if cx.bool("left")? { "rows" } else { "columns" }
+        ));
+    }
+    Ok(vec![c.clone()])
+}
+
 #[cfg(test)]
 mod rule_tests {
     use crate::text::parse_graph;
@@ -1915,6 +2332,20 @@ mod rule_tests {
     fn division_without_rounding_is_true_division() {
         assert_eq!(err_of("  %a: i64[3] = input\n  %b: i64[3] = input\n  %d: f32[3] = aten.div.Tensor_mode(%a, %b, rounding_mode=none)\n  return %d"), "");
         assert_eq!(err_of("  %a: i64[3] = input\n  %b: i64[3] = input\n  %d: i64[3] = aten.div.Tensor_mode(%a, %b, rounding_mode=\"floor\")\n  return %d"), "");
+    }
+
+    #[test]
+    fn linalg_shapes_and_errors() {
+        // a vector right-hand side, batch dims broadcast; LU and pivots of A
+        assert_eq!(err_of("  %a: f32[2, 1, 4, 4] = input\n  %b: f32[2, 1, 4] = input\n  s: %x: f32[2, 1, 4], %lu: f32[2, 1, 4, 4], %p: i32[2, 1, 4], %i: i32[2, 1] = aten._linalg_solve_ex.default(%a, %b)\n  return %x"), "");
+        assert_eq!(err_of("  %a: f32[3, 5] = input\n  s: %u: f32[3, 3], %s: f32[3], %v: f32[5, 5] = aten._linalg_svd.default(%a, full_matrices=true)\n  return %s"), "");
+        assert_eq!(err_of("  %a: f32[5, 3] = input\n  q: %q: f32[0], %r: f32[3, 3] = aten.linalg_qr.default(%a, mode=\"r\")\n  return %r"), "");
+        let e = err_of("  %a: f32[2, 3] = input\n  i: %x: f32[2, 3], %i: i32[] = aten.linalg_inv_ex.default(%a)\n  return %x");
+        assert!(e.contains("square"), "{e}");
+        let e = err_of("  %a: f32[3, 3] = input\n  q: %q: f32[3, 3], %r: f32[3, 3] = aten.linalg_qr.default(%a, mode=\"full\")\n  return %r");
+        assert!(e.contains("mode"), "{e}");
+        let e = err_of("  %a: i64[3, 3] = input\n  d: %d: i64[], %lu: i64[3, 3], %p: i32[3] = aten._linalg_det.default(%a)\n  return %d");
+        assert!(e.contains("floating"), "{e}");
     }
 
     #[test]

@@ -177,6 +177,24 @@ ops! {
     LeTensor = "aten.le.Tensor" ["self" Tensor, "other" Tensor] -> 1, compare;
     LeakyRelu = "aten.leaky_relu.default" ["self" Tensor, "negative_slope" Scalar = D::Float(0.01)] -> 1, same;
     Lgamma = "aten.lgamma.default" ["self" Tensor] -> 1, float_unary;
+    LinalgCholeskyEx = "aten.linalg_cholesky_ex.default" ["self" Tensor, "upper" Bool = D::Bool(false), "check_errors" Bool = D::Bool(false)] -> 2, linalg_cholesky;
+    LinalgDet = "aten._linalg_det.default" ["A" Tensor] -> 3, linalg_det;
+    LinalgEigh = "aten._linalg_eigh.default" ["A" Tensor, "UPLO" Str = D::Str("L"), "compute_v" Bool = D::Bool(true)] -> 2, linalg_eigh;
+    LinalgHouseholderProduct = "aten.linalg_householder_product.default" ["input" Tensor, "tau" Tensor] -> 1, householder_product;
+    LinalgInvEx = "aten.linalg_inv_ex.default" ["A" Tensor, "check_errors" Bool = D::Bool(false)] -> 2, linalg_inv;
+    LinalgLdlFactorEx = "aten.linalg_ldl_factor_ex.default" ["self" Tensor, "hermitian" Bool = D::Bool(false), "check_errors" Bool = D::Bool(false)] -> 3, linalg_ldl_factor;
+    LinalgLdlSolve = "aten.linalg_ldl_solve.default" ["LD" Tensor, "pivots" Tensor, "B" Tensor, "hermitian" Bool = D::Bool(false)] -> 1, linalg_ldl_solve;
+    LinalgLu = "aten.linalg_lu.default" ["A" Tensor, "pivot" Bool = D::Bool(true)] -> 3, linalg_lu;
+    LinalgLuFactorEx = "aten.linalg_lu_factor_ex.default" ["A" Tensor, "pivot" Bool = D::Bool(true), "check_errors" Bool = D::Bool(false)] -> 3, linalg_lu_factor;
+    LinalgLuSolve = "aten.linalg_lu_solve.default" ["LU" Tensor, "pivots" Tensor, "B" Tensor, "left" Bool = D::Bool(true), "adjoint" Bool = D::Bool(false)] -> 1, linalg_lu_solve;
+    LinalgMatrixExp = "aten.linalg_matrix_exp.default" ["self" Tensor] -> 1, linalg_matrix_exp;
+    LinalgQr = "aten.linalg_qr.default" ["A" Tensor, "mode" Str = D::Str("reduced")] -> 2, linalg_qr;
+    LinalgSlogdet = "aten._linalg_slogdet.default" ["A" Tensor] -> 4, linalg_slogdet;
+    LinalgSolveEx = "aten._linalg_solve_ex.default" ["A" Tensor, "B" Tensor, "left" Bool = D::Bool(true), "check_errors" Bool = D::Bool(false)] -> 4, linalg_solve;
+    LinalgSvd = "aten._linalg_svd.default" ["A" Tensor, "full_matrices" Bool = D::Bool(false), "compute_uv" Bool = D::Bool(true), "driver" OptStr = D::None] -> 3, linalg_svd;
+    Geqrf = "aten.geqrf.default" ["self" Tensor] -> 2, geqrf;
+    Ormqr = "aten.ormqr.default" ["self" Tensor, "input2" Tensor, "input3" Tensor, "left" Bool = D::Bool(true), "transpose" Bool = D::Bool(false)] -> 1, ormqr;
+    LuUnpack = "aten.lu_unpack.default" ["LU_data" Tensor, "LU_pivots" Tensor, "unpack_data" Bool = D::Bool(true), "unpack_pivots" Bool = D::Bool(true)] -> 3, lu_unpack;
     LiftFreshCopy = "aten.lift_fresh_copy.default" ["self" Tensor] -> 1, same;
     Log = "aten.log.default" ["self" Tensor] -> 1, float_unary;
     Log10 = "aten.log10.default" ["self" Tensor] -> 1, float_unary;
@@ -372,11 +390,33 @@ pub static NO_STABLEHLO: &[(Op, &str)] = &[
     (Op::SpecialShiftedChebyshevPolynomialU, POLY),
     (Op::SpecialShiftedChebyshevPolynomialV, POLY),
     (Op::SpecialShiftedChebyshevPolynomialW, POLY),
+    (Op::LinalgCholeskyEx, LAPACK),
+    (Op::LinalgDet, LAPACK),
+    (Op::LinalgEigh, LAPACK),
+    (Op::LinalgHouseholderProduct, LAPACK),
+    (Op::LinalgInvEx, LAPACK),
+    (Op::LinalgLu, LAPACK),
+    (Op::LinalgLuFactorEx, LAPACK),
+    (Op::LinalgLuSolve, LAPACK),
+    (Op::LinalgQr, LAPACK),
+    (Op::LinalgSlogdet, LAPACK),
+    (Op::LinalgSolveEx, LAPACK),
+    (Op::LinalgSvd, LAPACK),
+    (Op::Geqrf, LAPACK),
+    (Op::Ormqr, LAPACK),
+    (Op::LuUnpack, LAPACK),
+    (Op::LinalgMatrixExp, EXPM),
+    (Op::LinalgLdlFactorEx, LAPACK),
+    (Op::LinalgLdlSolve, LAPACK),
 ];
 
 const BESSEL_JY: &str = "XLA has no Bessel functions of the first or second kind";
 const BESSEL_K: &str = "XLA has no modified Bessel functions of the second kind";
 const NO_CHLO: &str = "XLA's CHLO has no such op; an expansion is not written yet";
+const LAPACK: &str = "a matrix factorization: StableHLO has only cholesky and triangular_solve \
+     (without LAPACK's info output), XLA lowers the others to LAPACK custom calls, which are not \
+     emitted yet";
+const EXPM: &str = "a matrix exponential (scaling and squaring) is not written in StableHLO yet";
 const POLY: &str = "a recurrence as long as the degree, which is data: a while loop in \
      StableHLO, not written yet";
 
@@ -392,32 +432,14 @@ pub static MISSING: &[(&str, &str)] = &[
     ("aten.angle.default", COMPLEX_REAL_DECOMPOSED),
     ("aten.view_as_complex.default", COMPLEX),
     ("aten.view_as_real.default", COMPLEX),
-    ("aten._linalg_svd.default", LINALG),
-    ("aten.linalg_qr.default", LINALG),
-    ("aten._linalg_eigh.default", LINALG),
-    ("aten.linalg_eig.default", LINALG),
-    ("aten.linalg_cholesky_ex.default", LINALG),
-    ("aten.linalg_lu_factor_ex.default", LINALG),
-    ("aten.linalg_lu.default", LINALG),
-    ("aten.linalg_lu_solve.default", LINALG),
-    ("aten.lu_unpack.default", LINALG),
-    ("aten._linalg_solve_ex.default", LINALG),
-    ("aten.linalg_inv_ex.default", LINALG),
-    ("aten._linalg_det.default", LINALG),
-    ("aten._linalg_slogdet.default", LINALG),
-    ("aten.linalg_ldl_factor_ex.default", LINALG),
-    ("aten.linalg_ldl_solve.default", LINALG),
+    ("aten.linalg_eig.default", COMPLEX),
     ("aten.linalg_solve_triangular.default", LINALG_DECOMPOSED),
     ("aten.triangular_solve.default", LINALG_DECOMPOSED),
     ("aten.cholesky_solve.default", LINALG_DECOMPOSED),
     ("aten.cholesky_inverse.default", LINALG_DECOMPOSED),
-    ("aten.linalg_householder_product.default", LINALG),
-    ("aten.geqrf.default", LINALG),
-    ("aten.ormqr.default", LINALG),
-    ("aten.linalg_pinv.atol_rtol_tensor", LINALG),
-    ("aten.linalg_matrix_exp.default", LINALG),
-    ("aten.linalg_polar.default", LINALG),
-    ("aten.linalg_matrix_sqrth.default", LINALG),
+    ("aten.linalg_pinv.atol_rtol_tensor", LINALG_COMPOSITE),
+    ("aten.linalg_polar.default", LINALG_COMPOSITE),
+    ("aten.linalg_matrix_sqrth.default", LINALG_COMPOSITE),
     ("aten.nonzero_static.default", DECOMPOSED),
     ("aten.segment_reduce.default", DECOMPOSED),
     ("aten.adaptive_max_pool2d.default", DECOMPOSED),
@@ -455,8 +477,8 @@ pub static MISSING: &[(&str, &str)] = &[
 ];
 
 const COMPLEX: &str = "complex values: the IR has no complex dtype yet";
-const LINALG: &str = "matrix decomposition or solve: not implemented (StableHLO has only \
-     cholesky and triangular_solve; XLA lowers the others to LAPACK custom calls)";
+const LINALG_COMPOSITE: &str = "not in the table (the torch.compile backend decomposes it onto \
+     the table's _linalg_svd or _linalg_eigh, see fxhlo/extra_decomps.py)";
 const NOT_YET: &str = "not implemented yet";
 const DECOMPOSED: &str = "not in the table (the torch.compile backend decomposes it into table \
      ops, see fxhlo/extra_decomps.py)";

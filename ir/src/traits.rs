@@ -286,7 +286,25 @@ impl Op {
             | Topk
             | Unfold
             | UpsampleBilinear2dVec
-            | UpsampleNearest2dVec => OpKind::Other,
+            | UpsampleNearest2dVec
+            | LinalgCholeskyEx
+            | LinalgDet
+            | LinalgEigh
+            | LinalgHouseholderProduct
+            | LinalgInvEx
+            | LinalgLu
+            | LinalgLuFactorEx
+            | LinalgLuSolve
+            | LinalgQr
+            | LinalgSlogdet
+            | LinalgSolveEx
+            | LinalgSvd
+            | Geqrf
+            | Ormqr
+            | LuUnpack
+            | LinalgMatrixExp
+            | LinalgLdlFactorEx
+            | LinalgLdlSolve => OpKind::Other,
         }
     }
 

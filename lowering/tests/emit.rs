@@ -117,6 +117,31 @@ fn ops_without_a_stablehlo_lowering_are_named() {
 }
 
 #[test]
+fn matrix_factorizations_are_named_as_not_lowered() {
+    for line in [
+        "inv: %y: f32[3, 3], %info: i32[] = aten.linalg_inv_ex.default(%x)",
+        "lu: %y: f32[3, 3], %p: i32[3], %info: i32[] = aten.linalg_lu_factor_ex.default(%x)",
+        "eigh: %y: f32[3], %v: f32[3, 3] = aten._linalg_eigh.default(%x)",
+        "svd: %u: f32[3, 3], %y: f32[3], %vh: f32[3, 3] = aten._linalg_svd.default(%x)",
+        "exp: %y: f32[3, 3] = aten.linalg_matrix_exp.default(%x)",
+    ] {
+        let g = format!("graph {{\n  %x: f32[3, 3] = input\n  {line}\n  return %y\n}}");
+        let op = line.split(" = ").nth(1).unwrap().split('(').next().unwrap();
+        match emit(&model(&g), &EmitOptions::default()) {
+            Err(LowerError::Node { op: o, msg, .. }) => {
+                assert_eq!(o, op);
+                assert!(
+                    msg.contains("no StableHLO lowering") && msg.contains("LAPACK")
+                        || msg.contains("exponential"),
+                    "{op}: {msg}"
+                );
+            }
+            other => panic!("{op}: expected a node error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn dtypes_and_constants_print_as_mlir() {
     let g = r#"graph {
   %x: bool[3] = input

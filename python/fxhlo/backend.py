@@ -107,6 +107,84 @@ def _boxed_list(gm: torch.fx.GraphModule) -> Callable:
     return run
 
 
+def lift_error_checks(gm: torch.fx.GraphModule) -> List[tuple]:
+    """Takes the effectful error checks of the linalg ops out of ``gm``, in place, and returns
+    them as ``[(api_name, is_matrix)]``.
+
+    ``torch.linalg.inv``, ``solve``, ``cholesky``, ``lu_factor``, ``ldl_factor`` ... call their
+    ``*_ex`` op and then ``aten._linalg_check_errors(info, api_name, is_matrix=...)``, which
+    raises ``torch.linalg.LinAlgError`` when an ``info`` is not zero; aot_autograd wraps that
+    effectful op in ``with_effects(token, op, ...)``.  Each such node is removed (its token
+    result is its token input) and its ``info`` becomes an extra output of the graph, appended
+    in order: :class:`_ErrorChecks` runs the check on it after the compiled program, so the
+    error raised is the one eager raises, with its message.  A token input the graph then only
+    passes through is returned as None."""
+    checks = []
+    effects = getattr(torch.ops.higher_order, "with_effects", None)
+    check_op = getattr(torch.ops.aten, "_linalg_check_errors", None)
+    if effects is None or check_op is None:
+        return checks
+    infos, tokens = [], set()
+    for n in list(gm.graph.nodes):
+        if not (n.op == "call_function" and n.target is effects and len(n.args) >= 4
+                and n.args[1] is check_op.default):
+            continue
+        users = list(n.users)
+        if not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+            continue  # not the shape aot_autograd writes: left as it is (unsupported)
+        token, info, api = n.args[0], n.args[2], n.args[3]
+        tokens.add(token)
+        for u in users:
+            u.replace_all_uses_with(token)
+            gm.graph.erase_node(u)
+        gm.graph.erase_node(n)
+        checks.append((api, bool(n.kwargs.get("is_matrix", n.args[4] if len(n.args) > 4
+                                              else True))))
+        infos.append(info)
+    if checks:
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        res = out.args[0]
+        res = list(res) if isinstance(res, (list, tuple)) else [res]
+        # a token the graph now only passes through is returned as None (aot_autograd's
+        # runtime wrapper passes None tokens in and drops the tokens returned)
+        res = [None if isinstance(r, torch.fx.Node) and r in tokens and r.op == "placeholder"
+               and set(r.users) == {out} else r for r in res]
+        out.args = (tuple(res + infos),)
+        gm.recompile()
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        gm.meta["fxhlo_tokens"] = [(i, n.meta.get("val")) for i, n in enumerate(phs)
+                                   if n in tokens]
+    return checks
+
+
+class _ErrorChecks:
+    """Runs a boxed program whose last outputs are the ``info`` tensors of
+    :func:`lift_error_checks`' checks; checks them as ``aten._linalg_check_errors`` does
+    (raising ``torch.linalg.LinAlgError`` like eager) and returns the other outputs."""
+
+    def __init__(self, run: Callable, checks: List[tuple], tokens: List[tuple]):
+        self._boxed_call = True
+        self.run = run
+        self.checks = checks
+        # the token inputs, which aot_autograd's wrapper passes as None: (index, fake value)
+        self.tokens = [(i, v.shape, v.dtype) for i, v in tokens
+                       if isinstance(v, torch.Tensor)]
+
+    def __call__(self, args):
+        if self.tokens:
+            args = list(args)
+            for i, shape, dtype in self.tokens:
+                if args[i] is None:
+                    args[i] = torch.empty(shape, dtype=dtype)
+        out = list(self.run(args))
+        k = len(self.checks)
+        infos = out[len(out) - k:]
+        del out[len(out) - k:]
+        for info, (api, is_matrix) in zip(infos, self.checks):
+            torch.ops.aten._linalg_check_errors.default(info, api, is_matrix=is_matrix)
+        return out
+
+
 def _tensor_vals(val) -> Optional[List[torch.Tensor]]:
     if isinstance(val, torch.Tensor):
         return [val]
@@ -214,6 +292,8 @@ class _EagerOnFailure:
         if self.compiled is not None:
             try:
                 return self.compiled(args)
+            except torch.linalg.LinAlgError:
+                raise  # the program's own error (a singular matrix...), as eager raises it
             except Exception as e:  # noqa: BLE001 - never a crash: this graph runs in eager
                 if self.session.strict:
                     raise
@@ -367,6 +447,7 @@ class Session:
             self.fallback(gs, "the graph has symbolic shapes; running it in eager")
             return eager
         prepare_graph(gm)
+        checks = lift_error_checks(gm)
         support = self.support
         gs.folded = fold_constants(gm, lambda n: support.why_not(n) is not None)
         bad: Dict[str, int] = {}
@@ -375,14 +456,17 @@ class Session:
             if r is not None:
                 bad[r] = bad.get(r, 0) + 1
         if bad:
-            return self._partition(gm, gs, bad)
+            part = self._partition(gm, gs, bad)
+            return _ErrorChecks(part, checks, gm.meta.get("fxhlo_tokens", [])) if checks \
+                else part
         t0 = time.perf_counter()
         cg = compile_graph_module(gm, self.cfg, gs.name)
         gs.compile_ms += (time.perf_counter() - t0) * 1e3
         gs.compiled_partitions = 1
         self._count_steps(gs, [cg])
         cg.stats = gs
-        return _EagerOnFailure(cg, eager, self, gs, "the compiled graph")
+        run = _ErrorChecks(cg, checks, gm.meta.get("fxhlo_tokens", [])) if checks else cg
+        return _EagerOnFailure(run, eager, self, gs, "the compiled graph")
 
     def _partition(self, gm: torch.fx.GraphModule, gs: GraphStats,
                    bad: Dict[str, int]) -> Callable:

@@ -376,6 +376,8 @@ def decompositions() -> dict:
         table.update({op: fn for op, fn in _OWN.items() if wanted(op)})
         from .extra_decomps import table as extra_decomps
         table.update({op: fn for op, fn in extra_decomps().items() if wanted(op)})
+        from .extra_decomps import stride_dependent
+        table.update(stride_dependent())
         _DECOMPS = table
     return _DECOMPS
 

@@ -27,7 +27,11 @@ cumulative count), and the triangular solves ``linalg_solve_triangular``,
 ``triangular_solve``, ``cholesky_solve`` and ``cholesky_inverse`` by substitution row by row
 (the sums of a triangular solve in another order), and ``segment_reduce`` by 1-D lengths or
 offsets (each element's segment by ``searchsorted``, then ``scatter_reduce``; forward only),
-and ``prims.convert_element_type`` (from torch's references) as ``_to_copy``.
+and ``prims.convert_element_type`` (from torch's references) as ``_to_copy``.  The
+linear algebra composites ``linalg_pinv`` (ATen's own, op for op, on ``_linalg_svd`` or
+``_linalg_eigh``), ``linalg_matrix_sqrth`` (``V diag(sqrt(max(w, 0))) V^T`` from
+``_linalg_eigh``) and ``linalg_polar`` (from ``_linalg_svd``, as the CPU computes it) sit on
+the factorizations of the op table (whose kernels compute in float64).
 """
 
 from __future__ import annotations
@@ -532,6 +536,99 @@ def _cholesky_inverse(l, upper=False):
     return _cholesky_solve(eye, l, upper)
 
 
+def _linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
+    # ATen's linalg_pinv (LinearAlgebra.cpp) op for op, on _linalg_svd / _linalg_eigh
+    if a.numel() == 0:
+        shape = list(a.shape)
+        shape[-1], shape[-2] = shape[-2], shape[-1]
+        return aten.full.default(shape, 0, dtype=a.dtype)
+    f64 = torch.float64
+    atol_t = atol if atol is not None else aten.full.default([], 0, dtype=f64)
+    if rtol is not None:
+        rtol_t = rtol
+    else:
+        eps = torch.finfo(a.dtype).eps * max(a.shape[-1], a.shape[-2])
+        rtol_t = aten.full.default([], eps, dtype=f64)
+        if atol is not None:
+            rtol_t = aten.where.self(aten.gt.Scalar(atol, 0), aten.full.default([], 0, dtype=f64),
+                                     rtol_t)
+    zero = aten.full.default([], 0, dtype=a.dtype)
+    if hermitian:
+        s, u = aten._linalg_eigh.default(a, "L", True)
+        s_abs = aten.abs.default(s)
+        max_val = aten.amax.default(s_abs, [-1], True)
+        tol = aten.maximum.default(aten.unsqueeze.default(atol_t, -1),
+                                   aten.mul.Tensor(aten.unsqueeze.default(rtol_t, -1), max_val))
+        s_inv = aten.where.self(aten.gt.Tensor(s_abs, tol), aten.reciprocal.default(s), zero)
+        return aten.matmul.default(aten.mul.Tensor(u, aten.unsqueeze.default(s_inv, -2)), _mT(u))
+    u, s, vh = aten._linalg_svd.default(a, False, True)
+    max_val = aten.slice.Tensor(s, -1, 0, 1)
+    tol = aten.maximum.default(aten.unsqueeze.default(atol_t, -1),
+                               aten.mul.Tensor(aten.unsqueeze.default(rtol_t, -1), max_val))
+    s_inv = aten.where.self(aten.gt.Tensor(s, tol), aten.reciprocal.default(s), zero)
+    return aten.matmul.default(aten.mul.Tensor(_mT(vh), aten.unsqueeze.default(s_inv, -2)),
+                               _mT(u))
+
+
+def _linalg_matrix_sqrth(a):
+    # V diag(sqrt(max(w, 0))) V^T of the lower triangle's eigendecomposition (eager clamps
+    # negative eigenvalues to 0 as well)
+    w, v = aten._linalg_eigh.default(a, "L", True)
+    root = aten.sqrt.default(aten.clamp.default(w, 0))
+    return aten.matmul.default(aten.mul.Tensor(v, aten.unsqueeze.default(root, -2)), _mT(v))
+
+
+def _linalg_polar(a):
+    # A = W S Vh: U = W Vh, H = Vh^T diag(S) Vh (the CPU's SVD-based computation)
+    w, s, vh = aten._linalg_svd.default(a, False, True)
+    u = aten.matmul.default(w, vh)
+    h = aten.matmul.default(aten.mul.Tensor(_mT(vh), aten.unsqueeze.default(s, -2)), vh)
+    return u, h
+
+
+def _lu_det_p(pivots):
+    # ATen's lu_det_P: the sign of the permutation of LAPACK pivots, as i64 +-1
+    n = pivots.shape[-1]
+    moved = aten.ne.Tensor(aten.arange.start_step(1, n + 1, dtype=pivots.dtype), pivots)
+    odd = aten.remainder.Scalar(aten.sum.dim_IntList(moved, [-1], False, dtype=torch.int64), 2)
+    return aten.add.Scalar(aten.mul.Scalar(odd, -2), 1)
+
+
+def _lu_of(a):
+    # ATen factors A^T when A is contiguous (det(A^T) = det(A); lu_factor wants F-contiguous
+    # input): its LU and pivot outputs, and the backward formulas, depend on that choice
+    use_t = a.is_contiguous()
+    lu, piv, info = aten.linalg_lu_factor_ex.default(_mT(a) if use_t else a)
+    return use_t, lu, piv, info
+
+
+def _linalg_det(a):
+    _, lu, piv, _ = _lu_of(a)
+    diag = aten.diagonal.default(lu, 0, -2, -1)
+    return aten.mul.Tensor(_lu_det_p(piv), aten.prod.dim_int(diag, -1)), lu, piv
+
+
+def _linalg_slogdet(a):
+    _, lu, piv, _ = _lu_of(a)
+    diag = aten.diagonal.default(lu, 0, -2, -1)
+    sign = aten.mul.Tensor(aten.prod.dim_int(aten.sign.default(diag), -1), _lu_det_p(piv))
+    logabs = aten.sum.dim_IntList(aten.log.default(aten.abs.default(diag)), [-1])
+    return sign, logabs, lu, piv
+
+
+def stride_dependent() -> Dict[Callable, Callable]:
+    """Ops of fxhlo's table that the backend decomposes all the same, because ATen's result
+    depends on the input's strides, which only a decomposition sees: ``_linalg_det`` and
+    ``_linalg_slogdet`` factor ``A^T`` when ``A`` is contiguous (their LU and pivot outputs,
+    which the backward formulas read, are those of ``A^T`` then); these decompositions do as
+    ATen does, on ``linalg_lu_factor_ex``.  (``_linalg_solve_ex``'s LU is that of ``A``
+    whatever its strides: the op table's kernel computes it.)"""
+    return {
+        aten._linalg_det.default: _linalg_det,
+        aten._linalg_slogdet.default: _linalg_slogdet,
+    }
+
+
 def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
                     unsafe=False, initial=None):
     # 1-D lengths or offsets: each element's segment by searchsorted of the segment ends, then
@@ -651,5 +748,8 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.cholesky_solve.default: _cholesky_solve,
         aten.cholesky_inverse.default: _cholesky_inverse,
         aten.segment_reduce.default: _segment_reduce,
+        aten.linalg_pinv.atol_rtol_tensor: _linalg_pinv,
+        aten.linalg_matrix_sqrth.default: _linalg_matrix_sqrth,
+        aten.linalg_polar.default: _linalg_polar,
         torch.ops.prims.convert_element_type.default: _convert_element_type,
     }

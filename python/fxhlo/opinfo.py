@@ -37,7 +37,12 @@ element is accepted when fxhlo's error against float64 is at most eager's error 
 tolerance (``|fx - ref| <= |eager - ref| + atol + rtol * |ref|``): an answer closer to the
 exact one is not a mismatch.  Integer and bool outputs are exact, except the index outputs of
 sorts, top-k and arg/cumulative max/min, which may differ only in tie order (the input values
-they point at must be equal).  The ``empty*`` ops' values are uninitialized memory: only their
+they point at must be equal).  Eigenvectors and singular vectors (``linalg.eigh``,
+``linalg.svd``, ``svd``: :data:`SIGN_VECTORS`) are unique only up to the sign of each vector
+(of each pair u_i, v_i): fxhlo's are flipped to eager's signs before they are compared, and
+where a vector flips, the gradients are compared with eager's for the cotangent of that
+vector flipped too (what eager's gradient would be had it returned fxhlo's vectors).  The
+``empty*`` ops' values are uninitialized memory: only their
 shapes and dtypes are compared.
 
     python -m fxhlo.opinfo                         # all ops, all modes, K=3, 2 jobs
@@ -72,6 +77,12 @@ TIE_OPS = {"sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian"
            "max.reduction_with_dim", "min.reduction_with_dim", "argmax", "argmin", "cummax",
            "cummin"}
 
+
+# outputs made of vectors that are unique only up to sign (eigenvectors, singular vectors):
+# OpInfo name -> [(output index, dimension that indexes the vectors)]; the first k vectors of
+# an entry's outputs (k the fewest) flip together (u_i and v_i of an SVD)
+SIGN_VECTORS = {"linalg.eigh": [(1, -1)], "linalg.svd": [(0, -1), (2, -2)],
+                "svd": [(0, -1), (2, -1)]}
 
 # ops whose values are uninitialized memory: only their shapes and dtypes are compared
 UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
@@ -166,19 +177,26 @@ def _cotangents(outs: Sequence, seed: int) -> list:
     return [torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype) for o in outs]
 
 
-def run_once(s: Sample, fn: Callable, mode: str, dtype=None) -> Dict[str, list]:
+def run_once(s: Sample, fn: Callable, mode: str, dtype=None,
+             cot_signs: Optional[Dict[int, Any]] = None) -> Dict[str, list]:
     """Runs ``fn`` on fresh inputs; returns the flat outputs and, in ``fwdbwd``, the gradients
-    of the inputs that require grad for fixed cotangents (zeros where unused)."""
+    of the inputs that require grad for fixed cotangents (zeros where unused).  ``cot_signs``
+    (output index -> per-vector signs, see :func:`_vector_signs`) flips the cotangents of
+    those outputs' vectors."""
     import torch
     ins = s.inputs(dtype)
     out = _flat(fn(*ins))
     res = {"out": [o.detach() if isinstance(o, torch.Tensor) else o for o in out]}
     if mode == "fwdbwd-f32":
-        diff = [o for o in out if isinstance(o, torch.Tensor) and o.requires_grad
-                and o.grad_fn is not None and (o.is_floating_point() or o.is_complex())]
+        idx = [i for i, o in enumerate(out) if isinstance(o, torch.Tensor) and o.requires_grad
+               and o.grad_fn is not None and (o.is_floating_point() or o.is_complex())]
+        diff = [out[i] for i in idx]
         wrt = [t for t in ins if t.requires_grad]
         if diff and wrt:
             cots = _cotangents(diff, 1234)
+            if cot_signs:
+                cots = [_flip(c, *cot_signs[i]) if i in cot_signs else c
+                        for i, c in zip(idx, cots)]
             grads = torch.autograd.grad(diff, wrt, cots, allow_unused=True)
             res["grad"] = [torch.zeros_like(w) if g is None else g.detach()
                            for w, g in zip(wrt, grads)]
@@ -279,12 +297,59 @@ def _ties_only(s: Sample, a, e) -> bool:
     return bool(((va == ve) | (torch.isnan(va) & torch.isnan(ve))).all())
 
 
+def _flip(x, signs, dim):
+    """``x`` with the vectors indexed by dimension ``dim`` multiplied by ``signs``."""
+    return x * signs.to(x.dtype).unsqueeze(-1 if dim == -2 else -2)
+
+
+def _vector_signs(name: str, got: list, want: list) -> Optional[Dict[int, Any]]:
+    """For an OpInfo of :data:`SIGN_VECTORS`: output index -> (signs, dim), the +-1 per vector
+    that brings ``got``'s vectors closest to ``want``'s (the first k of an entry's outputs
+    flip together); None for other ops or outputs of other shapes."""
+    import torch
+    spec = SIGN_VECTORS.get(name)
+    if spec is None:
+        return None
+    dots = {}
+    for i, dim in spec:
+        if i >= len(got) or i >= len(want) or not isinstance(got[i], torch.Tensor) \
+                or not isinstance(want[i], torch.Tensor) or got[i].shape != want[i].shape \
+                or got[i].dim() < 2:
+            return None
+        # components run along the other matrix dimension
+        dots[i] = (got[i].double() * want[i].double()).sum(-2 if dim == -1 else -1)
+    k = min(d.shape[-1] for d in dots.values())
+    common = sum(d[..., :k] for d in dots.values())
+
+    def sign(x):
+        return torch.where(x < 0, -1.0, 1.0).to(torch.float64)
+    return {i: (torch.cat([sign(common), sign(d[..., k:])], -1), dim)
+            for (i, dim), d in zip(spec, dots.values())}
+
+
 def compare(s: Sample, got: Dict[str, list], want: Dict[str, list],
-            ref: Callable[[], Optional[Dict[str, list]]]) -> Optional[Tuple[str, float]]:
+            ref: Callable[[], Optional[Dict[str, list]]],
+            regrad: Optional[Callable[[Dict[int, Any]], list]] = None
+            ) -> Optional[Tuple[str, float]]:
     """None when ``got`` matches ``want``; else (why, largest error).  ``ref()`` gives the
-    float64 run (or None), made only when needed."""
+    float64 run (or None), made only when needed.  For the OpInfos of :data:`SIGN_VECTORS`,
+    ``got``'s vectors are first flipped to eager's signs; where some flip, the gradients are
+    compared with eager's for cotangents flipped the same way (``regrad(signs)``, no float64
+    reference: ``got``'s cotangent of a flipped vector is eager's flipped)."""
     import torch
     ref_vals: Dict[str, Any] = {}
+    name = opinfo_name(s.op)
+    signs = _vector_signs(name, got.get("out", []), want.get("out", []))
+    if signs is not None:
+        got = dict(got)
+        got["out"] = [_flip(o, *signs[i]) if i in signs else o
+                      for i, o in enumerate(got["out"])]
+        if got.get("grad") and any(bool((v < 0).any()) for v, _ in signs.values()):
+            if regrad is None:
+                return "grad: vectors flipped and no gradient for flipped cotangents", math.inf
+            want = dict(want)
+            want["grad"] = regrad(signs)
+            ref_vals["grad"] = None
 
     def reference(kind, i):
         if "v" not in ref_vals:
@@ -292,8 +357,16 @@ def compare(s: Sample, got: Dict[str, list], want: Dict[str, list],
                 ref_vals["v"] = ref()
             except Exception:  # noqa: BLE001 - no float64 reference for this op
                 ref_vals["v"] = None
+            v = ref_vals["v"]
+            if v is not None and signs is not None:  # float64's vectors to eager's signs
+                rs = _vector_signs(name, v.get("out", []), want.get("out", []))
+                if rs is not None:
+                    v = dict(v)
+                    v["out"] = [_flip(o, *rs[j]) if j in rs else o
+                                for j, o in enumerate(v["out"])]
+                    ref_vals["v"] = v
         v = ref_vals["v"]
-        if v is None or len(v.get(kind, [])) <= i:
+        if v is None or len(v.get(kind, [])) <= i or (kind == "grad" and "grad" in ref_vals):
             return None
         r = v[kind][i]
         return r if isinstance(r, torch.Tensor) else None
@@ -430,7 +503,8 @@ def run_sample(op, mode: str, index: int, k: int, progress: Callable[[str], None
         try:
             torch._dynamo.reset()
             got = run_once(s, _compiled(fn, backend), mode)
-            bad = compare(s, got, want, ref64)
+            bad = compare(s, got, want, ref64,
+                          lambda signs: run_once(s, fn, mode, cot_signs=signs)["grad"])
             if bad is None:
                 rec["status"] = "pass"
             else:
@@ -724,7 +798,9 @@ def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         "defaults for the dtype (f32 rtol 1.3e-6 atol 1e-5; bf16 rtol 1.6e-2 atol 1e-5), and "
         "where fxhlo and eager differ beyond them, fxhlo's error against a float64 run may not "
         "exceed eager's plus that tolerance; sort/top-k index outputs may differ in tie order "
-        "only.",
+        "only; eigenvectors and singular vectors (linalg.eigh, linalg.svd, svd) in the sign of "
+        "each vector only (u_i and v_i together), a flipped vector's gradient compared with "
+        "eager's for the flipped cotangent.",
         "",
     ]
     at = next(i for i, x in enumerate(lines) if x.startswith("torch ")) + 1

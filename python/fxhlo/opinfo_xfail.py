@@ -118,8 +118,6 @@ XFAIL: Dict[Tuple[str, str], str] = {
         'unsupported: aten._fft_r2c.default',
     ('fft.rfftn', 'fwdbwd-f32'):
         'unsupported: aten._fft_r2c.default',
-    ('geqrf', 'fwd-f32'):
-        'unsupported: aten.geqrf.default',
     ('grid_sampler_2d', 'fwdbwd-f32'):
         'unsupported: aten.grid_sampler_2d_backward.default',
     ('grid_sampler_3d', 'fwd-f32'):
@@ -136,154 +134,18 @@ XFAIL: Dict[Tuple[str, str], str] = {
         'unsupported: aten.histogram.bin_ct',
     ('histogramdd', 'fwd-f32'):
         'unsupported: aten._histogramdd_bin_edges.default, aten._histogramdd_from_bin_cts.default',
-    ('linalg.cholesky', 'fwd-f32'):
-        'unsupported: aten.linalg_cholesky_ex.default, with_effects',
-    ('linalg.cholesky', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_cholesky_ex.default, with_effects',
-    ('linalg.cholesky_ex', 'fwd-f32'):
-        'unsupported: aten.linalg_cholesky_ex.default',
-    ('linalg.cholesky_ex', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_cholesky_ex.default',
-    ('linalg.cond', 'fwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('linalg.cond', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('linalg.det', 'fwd-f32'):
-        'unsupported: aten._linalg_det.default',
-    ('linalg.det', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_det.default',
     ('linalg.eig', 'fwd-f32'):
         'unsupported: aten.linalg_eig.default',
-    ('linalg.eigh', 'fwd-f32'):
-        'unsupported: aten._linalg_eigh.default',
-    ('linalg.eigh', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_eigh.default',
     ('linalg.eigvals', 'fwd-f32'):
         'unsupported: aten.linalg_eig.default',
     ('linalg.eigvals', 'fwdbwd-f32'):
         'unsupported: aten.alias.default (torch.complex64), aten.linalg_eig.default',
-    ('linalg.eigvalsh', 'fwd-f32'):
-        'unsupported: aten._linalg_eigh.default',
-    ('linalg.eigvalsh', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_eigh.default',
-    ('linalg.householder_product', 'fwd-f32'):
-        'unsupported: aten.linalg_householder_product.default',
-    ('linalg.householder_product', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_householder_product.default',
-    ('linalg.inv', 'fwd-f32'):
-        'unsupported: aten.linalg_inv_ex.default, with_effects',
-    ('linalg.inv', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_inv_ex.default, with_effects',
-    ('linalg.inv_ex', 'fwd-f32'):
-        'unsupported: aten.linalg_inv_ex.default',
-    ('linalg.inv_ex', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_inv_ex.default',
-    ('linalg.ldl_factor', 'fwd-f32'):
-        'unsupported: aten.linalg_ldl_factor_ex.default, with_effects',
-    ('linalg.ldl_factor_ex', 'fwd-f32'):
-        'unsupported: aten.linalg_ldl_factor_ex.default',
-    ('linalg.ldl_solve', 'fwd-f32'):
-        'unsupported: aten.linalg_ldl_solve.default',
-    ('linalg.lu', 'fwd-f32'):
-        'unsupported: aten.linalg_lu.default',
-    ('linalg.lu', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_lu.default',
-    ('linalg.lu_factor', 'fwd-f32'):
-        'unsupported: aten.linalg_lu_factor_ex.default, with_effects',
-    ('linalg.lu_factor', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_lu_factor_ex.default, with_effects',
-    ('linalg.lu_factor_ex', 'fwd-f32'):
-        'unsupported: aten.linalg_lu_factor_ex.default',
-    ('linalg.lu_factor_ex', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_lu_factor_ex.default',
-    ('linalg.lu_solve', 'fwd-f32'):
-        'unsupported: aten.linalg_lu_solve.default',
-    ('linalg.lu_solve', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_lu_solve.default',
-    ('linalg.matrix_rank', 'fwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('linalg.matrix_rank.hermitian', 'fwd-f32'):
-        'unsupported: aten._linalg_eigh.default',
-    ('linalg.matrix_sqrth', 'fwd-f32'):
-        'unsupported: aten.linalg_matrix_sqrth.default',
-    ('linalg.matrix_sqrth', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_matrix_sqrth.default',
-    ('linalg.pinv', 'fwd-f32'):
-        'unsupported: aten.linalg_pinv.atol_rtol_tensor',
-    ('linalg.pinv', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_pinv.atol_rtol_tensor',
-    ('linalg.pinv.hermitian', 'fwd-f32'):
-        'unsupported: aten.linalg_pinv.atol_rtol_tensor',
-    ('linalg.pinv.hermitian', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_pinv.atol_rtol_tensor',
-    ('linalg.pinv.singular', 'fwd-f32'):
-        'unsupported: aten.linalg_pinv.atol_rtol_tensor',
-    ('linalg.pinv.singular', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_pinv.atol_rtol_tensor',
-    ('linalg.polar', 'fwd-f32'):
-        'unsupported: aten.linalg_polar.default',
-    ('linalg.polar', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_polar.default',
-    ('linalg.qr', 'fwd-f32'):
-        'unsupported: aten.linalg_qr.default',
-    ('linalg.qr', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_qr.default',
-    ('linalg.slogdet', 'fwd-f32'):
-        'unsupported: aten._linalg_slogdet.default',
-    ('linalg.slogdet', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_slogdet.default',
-    ('linalg.solve', 'fwd-f32'):
-        'unsupported: aten._linalg_solve_ex.default, with_effects',
-    ('linalg.solve', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_solve_ex.default, with_effects',
-    ('linalg.solve_ex', 'fwd-f32'):
-        'unsupported: aten._linalg_solve_ex.default',
-    ('linalg.solve_ex', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_solve_ex.default',
-    ('linalg.svd', 'fwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('linalg.svd', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('linalg.svdvals', 'fwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('linalg.svdvals', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('linalg.tensorinv', 'fwd-f32'):
-        'unsupported: aten.linalg_inv_ex.default, with_effects',
-    ('linalg.tensorinv', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_inv_ex.default, with_effects',
-    ('linalg.tensorsolve', 'fwd-f32'):
-        'unsupported: aten._linalg_solve_ex.default, with_effects',
-    ('linalg.tensorsolve', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_solve_ex.default, with_effects',
-    ('logdet', 'fwd-f32'):
-        'unsupported: aten._linalg_slogdet.default',
-    ('logdet', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_slogdet.default',
-    ('lu', 'fwd-f32'):
-        'unsupported: aten.linalg_lu_factor_ex.default',
-    ('lu', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_lu_factor_ex.default',
-    ('lu_solve', 'fwd-f32'):
-        'unsupported: aten.linalg_lu_solve.default',
-    ('lu_solve', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_lu_solve.default',
-    ('lu_unpack', 'fwd-f32'):
-        'unsupported: aten.lu_unpack.default',
-    ('lu_unpack', 'fwdbwd-f32'):
-        'unsupported: aten.lu_unpack.default',
     ('masked_select', 'fwd-f32'):
         'unsupported: aten.masked_select.default, aten.sym_size.int, ge, le',
     ('masked_select', 'fwdbwd-f32'):
         'unsupported: aten.masked_select.default, aten.sym_size.int, ge, le',
     ('masked_select', 'fwd-bf16'):
         'unsupported: aten.masked_select.default, aten.sym_size.int, ge, le',
-    ('matrix_exp', 'fwd-f32'):
-        'unsupported: aten.linalg_matrix_exp.default',
-    ('matrix_exp', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_matrix_exp.default',
-    ('matrix_exp', 'fwd-bf16'):
-        'unsupported: aten.linalg_matrix_exp.default',
     ('mode', 'fwd-f32'):
         'unsupported: aten.mode.default',
     ('mode', 'fwdbwd-f32'):
@@ -330,18 +192,6 @@ XFAIL: Dict[Tuple[str, str], str] = {
         'unsupported: aten.nonzero.default, aten.sym_size.int, ge, le',
     ('nonzero', 'fwd-bf16'):
         'unsupported: aten.nonzero.default, aten.sym_size.int, ge, le',
-    ('norm.nuc', 'fwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('norm.nuc', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('ormqr', 'fwd-f32'):
-        'unsupported: aten.ormqr.default',
-    ('ormqr', 'fwdbwd-f32'):
-        'unsupported: aten.ormqr.default',
-    ('pinverse', 'fwd-f32'):
-        'unsupported: aten.linalg_pinv.atol_rtol_tensor',
-    ('pinverse', 'fwdbwd-f32'):
-        'unsupported: aten.linalg_pinv.atol_rtol_tensor',
     ('polar', 'fwd-f32'):
         'unsupported: aten.polar.default',
     ('polar', 'fwdbwd-f32'):
@@ -352,10 +202,6 @@ XFAIL: Dict[Tuple[str, str], str] = {
         'unsupported: aten._fft_r2c.default, aten.permute.default (torch.complex64), aten.squeeze.dim (torch.complex64)',
     ('stft', 'fwdbwd-f32'):
         'unsupported: aten._fft_r2c.default, aten.permute.default (torch.complex64), aten.squeeze.dim (torch.complex64)',
-    ('svd', 'fwd-f32'):
-        'unsupported: aten._linalg_svd.default',
-    ('svd', 'fwdbwd-f32'):
-        'unsupported: aten._linalg_svd.default',
     ('take', 'fwd-f32'):
         'unsupported: aten._local_scalar_dense.default',
     ('tensor_split', 'fwd-f32'):
@@ -364,6 +210,8 @@ XFAIL: Dict[Tuple[str, str], str] = {
         'unsupported: aten._local_scalar_dense.default, aten.slice.Tensor (symbolic shape), aten.sym_size.int, aten.sym_storage_offset.default, ge, le',
     ('tensor_split', 'fwd-bf16'):
         'unsupported: aten._local_scalar_dense.default, aten.slice.Tensor (symbolic shape), aten.sym_size.int, aten.sym_storage_offset.default, ge, le',
+    ('torch.ops.aten._scaled_dot_product_flash_attention_for_cpu', 'fwd-f32'):
+        'mismatch: out 0: 3 of 384 elements differ beyond rtol 1.3e-06 atol 1e-05, also against float64 (largest abs error 2.19e-05)',
     ('torch.ops.aten._scaled_dot_product_flash_attention_for_cpu', 'fwdbwd-f32'):
         'unsupported: aten._scaled_dot_product_flash_attention_for_cpu_backward.default',
     ('unique', 'fwd-f32'):
@@ -436,7 +284,6 @@ XFAIL_SAMPLES: Dict[Tuple[str, str], Tuple[int, ...]] = {
     ('fft.rfft2', 'fwdbwd-f32'): (0,),
     ('fft.rfftn', 'fwd-f32'): (0, 1, 2),
     ('fft.rfftn', 'fwdbwd-f32'): (0,),
-    ('geqrf', 'fwd-f32'): (0, 1, 2),
     ('grid_sampler_2d', 'fwdbwd-f32'): (0,),
     ('grid_sampler_3d', 'fwd-f32'): (0, 1, 2),
     ('grid_sampler_3d', 'fwdbwd-f32'): (0,),
@@ -445,80 +292,12 @@ XFAIL_SAMPLES: Dict[Tuple[str, str], Tuple[int, ...]] = {
     ('hash_tensor', 'fwd-bf16'): (0,),
     ('histogram', 'fwd-f32'): (0, 1, 2),
     ('histogramdd', 'fwd-f32'): (0, 1, 2),
-    ('linalg.cholesky', 'fwd-f32'): (0, 1, 2),
-    ('linalg.cholesky', 'fwdbwd-f32'): (0,),
-    ('linalg.cholesky_ex', 'fwd-f32'): (0, 1, 2),
-    ('linalg.cholesky_ex', 'fwdbwd-f32'): (0,),
-    ('linalg.cond', 'fwd-f32'): (0, 1, 2),
-    ('linalg.cond', 'fwdbwd-f32'): (0,),
-    ('linalg.det', 'fwd-f32'): (0, 1, 2),
-    ('linalg.det', 'fwdbwd-f32'): (0,),
     ('linalg.eig', 'fwd-f32'): (0, 1, 2),
-    ('linalg.eigh', 'fwd-f32'): (0, 1, 2),
-    ('linalg.eigh', 'fwdbwd-f32'): (0,),
     ('linalg.eigvals', 'fwd-f32'): (0, 1, 2),
     ('linalg.eigvals', 'fwdbwd-f32'): (0,),
-    ('linalg.eigvalsh', 'fwd-f32'): (0, 1, 2),
-    ('linalg.eigvalsh', 'fwdbwd-f32'): (0,),
-    ('linalg.householder_product', 'fwd-f32'): (0, 1, 2),
-    ('linalg.householder_product', 'fwdbwd-f32'): (0,),
-    ('linalg.inv', 'fwd-f32'): (0, 1, 2),
-    ('linalg.inv', 'fwdbwd-f32'): (0,),
-    ('linalg.inv_ex', 'fwd-f32'): (0, 1, 2),
-    ('linalg.inv_ex', 'fwdbwd-f32'): (0,),
-    ('linalg.ldl_factor', 'fwd-f32'): (0, 1, 2),
-    ('linalg.ldl_factor_ex', 'fwd-f32'): (0, 1, 2),
-    ('linalg.ldl_solve', 'fwd-f32'): (0, 1, 2),
-    ('linalg.lu', 'fwd-f32'): (0, 1, 2),
-    ('linalg.lu', 'fwdbwd-f32'): (0,),
-    ('linalg.lu_factor', 'fwd-f32'): (0, 1, 2),
-    ('linalg.lu_factor', 'fwdbwd-f32'): (0,),
-    ('linalg.lu_factor_ex', 'fwd-f32'): (0, 1, 2),
-    ('linalg.lu_factor_ex', 'fwdbwd-f32'): (0,),
-    ('linalg.lu_solve', 'fwd-f32'): (0, 1, 2),
-    ('linalg.lu_solve', 'fwdbwd-f32'): (0,),
-    ('linalg.matrix_rank', 'fwd-f32'): (0,),
-    ('linalg.matrix_rank.hermitian', 'fwd-f32'): (0,),
-    ('linalg.matrix_sqrth', 'fwd-f32'): (0, 1, 2),
-    ('linalg.matrix_sqrth', 'fwdbwd-f32'): (0,),
-    ('linalg.pinv', 'fwd-f32'): (0, 1, 2),
-    ('linalg.pinv', 'fwdbwd-f32'): (0,),
-    ('linalg.pinv.hermitian', 'fwd-f32'): (0, 1, 2),
-    ('linalg.pinv.hermitian', 'fwdbwd-f32'): (0,),
-    ('linalg.pinv.singular', 'fwd-f32'): (0, 1, 2),
-    ('linalg.pinv.singular', 'fwdbwd-f32'): (0,),
-    ('linalg.polar', 'fwd-f32'): (0, 1, 2),
-    ('linalg.polar', 'fwdbwd-f32'): (0,),
-    ('linalg.qr', 'fwd-f32'): (0, 1, 2),
-    ('linalg.qr', 'fwdbwd-f32'): (0,),
-    ('linalg.slogdet', 'fwd-f32'): (0, 1, 2),
-    ('linalg.slogdet', 'fwdbwd-f32'): (0,),
-    ('linalg.solve', 'fwd-f32'): (0, 1, 2),
-    ('linalg.solve', 'fwdbwd-f32'): (0,),
-    ('linalg.solve_ex', 'fwd-f32'): (0, 1, 2),
-    ('linalg.solve_ex', 'fwdbwd-f32'): (0,),
-    ('linalg.svd', 'fwd-f32'): (0, 1, 2),
-    ('linalg.svd', 'fwdbwd-f32'): (0,),
-    ('linalg.svdvals', 'fwd-f32'): (0, 1, 2),
-    ('linalg.svdvals', 'fwdbwd-f32'): (0,),
-    ('linalg.tensorinv', 'fwd-f32'): (0, 1),
-    ('linalg.tensorinv', 'fwdbwd-f32'): (0,),
-    ('linalg.tensorsolve', 'fwd-f32'): (0, 1, 2),
-    ('linalg.tensorsolve', 'fwdbwd-f32'): (0,),
-    ('logdet', 'fwd-f32'): (0, 1, 2),
-    ('logdet', 'fwdbwd-f32'): (0,),
-    ('lu', 'fwd-f32'): (0, 1, 2),
-    ('lu', 'fwdbwd-f32'): (0,),
-    ('lu_solve', 'fwd-f32'): (0, 1, 2),
-    ('lu_solve', 'fwdbwd-f32'): (0,),
-    ('lu_unpack', 'fwd-f32'): (0, 1, 2),
-    ('lu_unpack', 'fwdbwd-f32'): (0,),
     ('masked_select', 'fwd-f32'): (0, 1),
     ('masked_select', 'fwdbwd-f32'): (0,),
     ('masked_select', 'fwd-bf16'): (0,),
-    ('matrix_exp', 'fwd-f32'): (0, 1),
-    ('matrix_exp', 'fwdbwd-f32'): (0,),
-    ('matrix_exp', 'fwd-bf16'): (0,),
     ('mode', 'fwd-f32'): (0, 1, 2),
     ('mode', 'fwdbwd-f32'): (0,),
     ('mode', 'fwd-bf16'): (0,),
@@ -542,23 +321,16 @@ XFAIL_SAMPLES: Dict[Tuple[str, str], Tuple[int, ...]] = {
     ('nn.functional.pdist', 'fwdbwd-f32'): (0,),
     ('nonzero', 'fwd-f32'): (0, 1, 2),
     ('nonzero', 'fwd-bf16'): (0,),
-    ('norm.nuc', 'fwd-f32'): (0, 1),
-    ('norm.nuc', 'fwdbwd-f32'): (0,),
-    ('ormqr', 'fwd-f32'): (0, 1, 2),
-    ('ormqr', 'fwdbwd-f32'): (0,),
-    ('pinverse', 'fwd-f32'): (0, 1, 2),
-    ('pinverse', 'fwdbwd-f32'): (0,),
     ('polar', 'fwd-f32'): (0, 1, 2),
     ('polar', 'fwdbwd-f32'): (0,),
     ('special.airy_ai', 'fwd-f32'): (0, 1, 2),
     ('stft', 'fwd-f32'): (0, 1, 2),
     ('stft', 'fwdbwd-f32'): (0,),
-    ('svd', 'fwd-f32'): (0, 1, 2),
-    ('svd', 'fwdbwd-f32'): (0,),
     ('take', 'fwd-f32'): (2,),
     ('tensor_split', 'fwd-f32'): (0, 2),
     ('tensor_split', 'fwdbwd-f32'): (0,),
     ('tensor_split', 'fwd-bf16'): (0,),
+    ('torch.ops.aten._scaled_dot_product_flash_attention_for_cpu', 'fwd-f32'): (1,),
     ('torch.ops.aten._scaled_dot_product_flash_attention_for_cpu', 'fwdbwd-f32'): (0,),
     ('unique', 'fwd-f32'): (0, 1, 2),
     ('unique', 'fwd-bf16'): (0,),

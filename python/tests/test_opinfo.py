@@ -65,6 +65,35 @@ def test_compare_rules():
     assert opinfo.compare(s, {"out": [v, wrong]}, {"out": [v, i]}, lambda: None) is not None
 
 
+def test_sign_rule_for_eigenvectors():
+    """Eigenvectors may differ from eager's in the sign of each vector, nothing else; a flip
+    compares the gradients with eager's for the flipped cotangent."""
+    s = _sample("linalg.eigh")
+    a = s.tensors[0]
+    w, v = torch.linalg.eigh(a + a.mT)
+    want = {"out": [w, v]}
+    flip = torch.tensor([1.0, -1.0, 1.0, 1.0, -1.0])
+    assert opinfo.compare(s, {"out": [w, v * flip]}, want, lambda: None) is None
+    # a wrong vector (two eigenvectors swapped) is a mismatch, and so are wrong eigenvalues
+    swapped = v[:, [1, 0, 2, 3, 4]]
+    assert opinfo.compare(s, {"out": [w, swapped]}, want, lambda: None) is not None
+    assert opinfo.compare(s, {"out": [w + 1e-3, v * flip]}, want, lambda: None) is not None
+    # gradients: with a flip, eager's gradient for flipped cotangents is the one to match
+    g, g_flipped = torch.ones(5, 5), torch.full((5, 5), 2.0)
+    asked = []
+
+    def regrad(signs):
+        asked.append(signs[1][0].tolist())
+        return [g_flipped]
+    got = {"out": [w, v * flip], "grad": [g_flipped]}
+    assert opinfo.compare(s, got, {**want, "grad": [g]}, lambda: None, regrad) is None
+    assert asked == [flip.tolist()]
+    assert opinfo.compare(s, got, {**want, "grad": [g]}, lambda: None) is not None
+    # no flip: the gradients are compared as they are
+    assert opinfo.compare(s, {"out": [w, v], "grad": [g]}, {**want, "grad": [g]},
+                          lambda: None) is None
+
+
 def test_classify_errors():
     from fxhlo import _native
     msg = ("fxhlo (strict): g0_inference: op(s) not supported by fxhlo yet, run in eager: "

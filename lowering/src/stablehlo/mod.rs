@@ -732,6 +732,25 @@ fn lower_op(op: Op, cx: &mut Cx) -> R<Vec<V>> {
         Op::AdaptiveAvgPool2d | Op::AdaptiveAvgPool3d => one(pool::adaptive_avg_pool(cx)),
         Op::AdaptiveAvgPool2dBackward => one(pool::adaptive_avg_pool_backward(cx)),
         Op::UpsampleNearest2dVec => one(pool::upsample(cx, false)),
+        // in NO_STABLEHLO: refused above
+        Op::LinalgCholeskyEx
+        | Op::LinalgDet
+        | Op::LinalgEigh
+        | Op::LinalgHouseholderProduct
+        | Op::LinalgInvEx
+        | Op::LinalgLu
+        | Op::LinalgLuFactorEx
+        | Op::LinalgLuSolve
+        | Op::LinalgQr
+        | Op::LinalgSlogdet
+        | Op::LinalgSolveEx
+        | Op::LinalgSvd
+        | Op::Geqrf
+        | Op::Ormqr
+        | Op::LuUnpack
+        | Op::LinalgMatrixExp
+        | Op::LinalgLdlFactorEx
+        | Op::LinalgLdlSolve => Err(format!("{op} has no StableHLO lowering")),
         Op::UpsampleBilinear2dVec => one(pool::upsample(cx, true)),
         Op::GridSampler2d => one(pool::grid_sampler_2d(cx)),
         // ---------------------------------------------------------------- normalization

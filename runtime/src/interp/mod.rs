@@ -14,6 +14,7 @@ pub mod tensor;
 mod backward;
 mod creation;
 mod elementwise;
+mod factor;
 mod index;
 mod linalg;
 mod nn;
@@ -806,6 +807,24 @@ fn dispatch(cx: &Ctx) -> R<Vec<Tensor>> {
         Op::Tan => one(ew::float_unary(cx, f64::tan)),
         Op::Tanh => one(ew::float_unary(cx, f64::tanh)),
         Op::Topk => reduce::topk(cx),
+        Op::LinalgCholeskyEx => factor::cholesky_ex(cx),
+        Op::LinalgDet => factor::det(cx),
+        Op::LinalgEigh => factor::eigh(cx),
+        Op::LinalgHouseholderProduct => factor::householder_product(cx),
+        Op::LinalgInvEx => factor::inv_ex(cx),
+        Op::LinalgLu => factor::linalg_lu(cx),
+        Op::LinalgLuFactorEx => factor::lu_factor_ex(cx),
+        Op::LinalgLuSolve => factor::lu_solve(cx),
+        Op::LinalgQr => factor::linalg_qr(cx),
+        Op::LinalgSlogdet => factor::slogdet(cx),
+        Op::LinalgSolveEx => factor::solve_ex(cx),
+        Op::LinalgSvd => factor::svd(cx),
+        Op::Geqrf => factor::geqrf(cx),
+        Op::Ormqr => factor::ormqr(cx),
+        Op::LuUnpack => factor::lu_unpack(cx),
+        Op::LinalgMatrixExp => factor::matrix_exp(cx),
+        Op::LinalgLdlFactorEx => factor::ldl_factor_ex(cx),
+        Op::LinalgLdlSolve => factor::ldl_solve(cx),
         Op::TrilIndices => one(creation::tri_indices(cx, true)),
         Op::TriuIndices => one(creation::tri_indices(cx, false)),
         Op::Trunc => one(ew::rounding(cx, f64::trunc)),
