@@ -92,7 +92,8 @@ struct PipelineArgs {
     /// Verify the graph after every pass (always on in debug builds).
     #[arg(long)]
     verify_each: bool,
-    /// Print each pass's time to standard error.
+    /// Print each pass's time to standard error (for `compile`, also each phase: reading,
+    /// lowering, building the program, folding, serializing, writing).
     #[arg(long)]
     time_passes: bool,
 }
@@ -599,14 +600,25 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             pipeline,
             stats,
         } => {
+            let t = std::time::Instant::now();
             let m = load_model(&model)?;
+            let read = t.elapsed();
             let c = fxhlo::compile_owned(m, &pipeline.options(2), &mut dump_ir)?;
-            if pipeline.time_passes {
-                print_timings(&c.cx);
-            }
+            let t = std::time::Instant::now();
             let bytes = c.artifact.to_bytes()?;
+            let serialize = t.elapsed();
+            let t = std::time::Instant::now();
             fxhlo_ir::read::safetensors_io::write_atomic(&output, &bytes)
                 .map_err(|e| DriverError::Other(format!("{}: {e}", output.display())))?;
+            if pipeline.time_passes {
+                print_timings(&c.cx);
+                errln!("phases:");
+                let io = [("read model", read)];
+                let out = [("serialize", serialize), ("write", t.elapsed())];
+                for (name, d) in io.iter().chain(&c.phases).chain(&out) {
+                    errln!("{:>10.3} ms  {name}", d.as_secs_f64() * 1e3);
+                }
+            }
             if stats {
                 let kinds: Vec<String> = c
                     .report
