@@ -100,8 +100,7 @@ pub struct Compiled {
     pub report: fxhlo_lowering::kernels::BuildReport,
     /// Wall time of the whole compilation.
     pub time: std::time::Duration,
-    /// Wall time of each phase outside the passes (`cx.timings`), in order: `copy graph`,
-    /// `dce`, `passes` (their sum), `stablehlo`, `graph text`, `shape constants`, `fusion
+    /// Wall time of each phase outside the passes (`cx.timings`), in order: `dce`, `passes` (their sum), `stablehlo`, `graph text`, `shape constants`, `fusion
     /// plan`, `build program`, `constants`, `fold constants`, `validate`.
     pub phases: Vec<(&'static str, std::time::Duration)>,
 }
@@ -118,7 +117,7 @@ pub fn compile_with(
     opts: &CompileOptions,
     dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
 ) -> Result<Compiled> {
-    compile_impl(&model.graph, opts, dump, &mut |name| {
+    compile_impl(model.graph.clone(), opts, dump, &mut |name| {
         model.weights.get(name).cloned()
     })
 }
@@ -131,13 +130,13 @@ pub fn compile_owned(
     dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
 ) -> Result<Compiled> {
     let graph = std::mem::take(&mut model.graph);
-    compile_impl(&graph, opts, dump, &mut |name| model.weights.remove(name))
+    compile_impl(graph, opts, dump, &mut |name| model.weights.remove(name))
 }
 
-/// The compiler; `weight(name)` gives the tensor of a constant the program reads (asked once
-/// per name).
+/// The compiler, on a graph it owns; `weight(name)` gives the tensor of a constant the program
+/// reads (asked once per name).
 fn compile_impl(
-    graph: &fxhlo_ir::Graph,
+    graph: fxhlo_ir::Graph,
     opts: &CompileOptions,
     dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
     weight: &mut dyn FnMut(&str) -> Option<HostTensor>,
@@ -150,13 +149,13 @@ fn compile_impl(
         phases.push((name, t.elapsed()));
         t = std::time::Instant::now();
     };
-    // The graph alone is copied: the weights are copied once, into the artifact (a model's
-    // weights can be most of its bytes, and the emitter reads them only to inline them).
+    // The weights are not part of the model: they move (or are copied once) into the artifact
+    // (a model's weights can be most of its bytes, and the emitter reads them only to inline
+    // them).
     let mut m = Model {
-        graph: graph.clone(),
+        graph,
         weights: Default::default(),
     };
-    phase("copy graph");
     remove_dead_nodes(&mut m.graph)?;
     phase("dce");
     if let Some((op, _)) = m.graph.unsupported_ops().into_iter().next() {

@@ -340,6 +340,23 @@ fn dump_ir(name: &str, g: &fxhlo_ir::Graph) {
     );
 }
 
+/// A writer that counts the bytes written through it.
+struct CountingWriter<'a> {
+    w: &'a mut dyn std::io::Write,
+    n: u64,
+}
+
+impl std::io::Write for CountingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let k = self.w.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
 fn print_timings(cx: &fxhlo_passes::Cx) {
     for (name, t, changed) in &cx.timings {
         errln!(
@@ -605,16 +622,20 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             let read = t.elapsed();
             let c = fxhlo::compile_owned(m, &pipeline.options(2), &mut dump_ir)?;
             let t = std::time::Instant::now();
-            let bytes = c.artifact.to_bytes()?;
-            let serialize = t.elapsed();
-            let t = std::time::Instant::now();
-            fxhlo_ir::read::safetensors_io::write_atomic(&output, &bytes)
-                .map_err(|e| DriverError::Other(format!("{}: {e}", output.display())))?;
+            // Written as it is serialized: the constants are not copied into one buffer first.
+            let mut size = 0u64;
+            fxhlo_ir::read::safetensors_io::write_atomic_with(&output, &mut |w| {
+                let mut w = CountingWriter { w, n: 0 };
+                c.artifact.write_to(&mut w)?;
+                size = w.n;
+                Ok(())
+            })
+            .map_err(|e| DriverError::Other(format!("{}: {e}", output.display())))?;
             if pipeline.time_passes {
                 print_timings(&c.cx);
                 errln!("phases:");
                 let io = [("read model", read)];
-                let out = [("serialize", serialize), ("write", t.elapsed())];
+                let out = [("serialize and write", t.elapsed())];
                 for (name, d) in io.iter().chain(&c.phases).chain(&out) {
                     errln!("{:>10.3} ms  {name}", d.as_secs_f64() * 1e3);
                 }
@@ -632,7 +653,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     c.plan.kernels.len(),
                     c.artifact.header.program.steps.len(),
                     kinds.join(", "),
-                    bytes.len()
+                    size
                 );
                 errln!(
                     "fallbacks to the reference interpreter: {}",

@@ -283,6 +283,19 @@ fn optimize_windows(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport),
     let mut stops: BTreeMap<String, usize> = BTreeMap::new();
     for win in ops.chunks(w) {
         windows += 1;
+        if optimized >= config.max_ops {
+            // Past the budget: the window's nodes are copied as they are.
+            kept += 1;
+            for &i in win {
+                let mut n = g.nodes[i].clone();
+                remap_args(&mut n.args, |v| map[v.node][v.index]);
+                map[i] = (0..n.results.len())
+                    .map(|r| ValueRef::new(out.nodes.len(), r))
+                    .collect();
+                out.nodes.push(n);
+            }
+            continue;
+        }
         let (lo, hi) = (win[0], win[win.len() - 1]);
         // The window as a graph: inputs for the values it reads from outside, then its ops.
         let mut sg = Graph::default();
@@ -336,23 +349,17 @@ fn optimize_windows(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport),
         if outs.is_empty() {
             continue; // nothing of it is read: dropped, as one e-graph would drop it
         }
-        let og = if optimized < config.max_ops {
-            optimized += win.len();
-            n_opt += 1;
-            let (og, r) = optimize_one(&sg, config, Some(&reserved))?;
-            report.iterations = report.iterations.max(r.iterations);
-            report.enodes += r.enodes;
-            report.eclasses += r.eclasses;
-            accepted += usize::from(r.accepted);
-            *stops.entry(r.stop_reason).or_default() += 1;
-            for (k, n) in r.rule_counts {
-                *report.rule_counts.entry(k).or_default() += n;
-            }
-            og
-        } else {
-            kept += 1;
-            sg
-        };
+        optimized += win.len();
+        n_opt += 1;
+        let (og, r) = optimize_one(&sg, config, Some(&reserved))?;
+        report.iterations = report.iterations.max(r.iterations);
+        report.enodes += r.enodes;
+        report.eclasses += r.eclasses;
+        accepted += usize::from(r.accepted);
+        *stops.entry(r.stop_reason).or_default() += 1;
+        for (k, n) in r.rule_counts {
+            *report.rule_counts.entry(k).or_default() += n;
+        }
         // Splice: the window's inputs are its external values, in order (extraction emits the
         // inputs first in source order).
         let mut lmap: Vec<Vec<ValueRef>> = Vec::with_capacity(og.nodes.len());
@@ -391,7 +398,7 @@ fn optimize_windows(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport),
     let ok = verified.is_ok() && cost_after <= cost_before;
     let stops: Vec<String> = stops.iter().map(|(r, n)| format!("{r} x{n}")).collect();
     report.stop_reason = format!(
-        "{windows} windows of at most {w} op nodes: {n_opt} optimized ({accepted} changed; {}), \
+        "{windows} windows of at most {w} op nodes: {n_opt} optimized ({accepted} accepted; {}), \
          {kept} kept as they are (past the pass's {} op nodes)",
         stops.join(", "),
         config.max_ops
