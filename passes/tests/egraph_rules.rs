@@ -261,15 +261,27 @@ fn windows_optimize_large_graphs() {
     let mut rng = Rng(7);
     let inputs = random_inputs(&g, &mut rng);
     let want = run(&g, &Default::default(), &inputs);
-    for (w, max) in [(5, usize::MAX), (4, usize::MAX), (7, 14), (1000, usize::MAX)] {
+    for (w, max) in [
+        (5, usize::MAX),
+        (4, usize::MAX),
+        (7, 14),
+        (1000, usize::MAX),
+    ] {
         let (out, report) = optimize(&g, &windowed(w, max)).unwrap();
         out.verify().unwrap();
         let text = print_graph(&out);
-        assert_close(&format!("window {w}"), &run(&out, &Default::default(), &inputs), &want);
+        assert_close(
+            &format!("window {w}"),
+            &run(&out, &Default::default(), &inputs),
+            &want,
+        );
         let negs = text.matches("aten.neg").count();
         if w == 5 {
             // Windows of 5 after the max node: a0/b0 are split, every later pair is whole.
-            assert!(report.stop_reason.contains("windows of at most 5"), "{report}");
+            assert!(
+                report.stop_reason.contains("windows of at most 5"),
+                "{report}"
+            );
             assert!(report.rule_counts["neg-neg"] >= 10, "{report}");
         }
         if max == 14 {

@@ -222,7 +222,9 @@ mod tests {
             );
         }
         let (mut head, tensors) = safetensors_parts(&w).unwrap();
-        tensors.iter().for_each(|t| head.extend_from_slice(&t.bytes));
+        tensors
+            .iter()
+            .for_each(|t| head.extend_from_slice(&t.bytes));
         assert_eq!(head, to_safetensors_bytes(&w).unwrap());
         w.get_mut("b").unwrap().bytes.pop();
         assert!(safetensors_parts(&w).is_err());

@@ -15,9 +15,9 @@
 use super::program::{Program, TensorSpec};
 use crate::RuntimeError;
 use fxhlo_ir::read::safetensors_io::{parse_safetensors, safetensors_parts};
-use std::io::Write;
 use fxhlo_ir::Weights;
 use serde::{Deserialize, Serialize};
+use std::io::Write;
 
 /// The first bytes of every artifact.
 pub const MAGIC: &[u8; 8] = b"FXHLOFXA";
