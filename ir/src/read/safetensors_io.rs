@@ -127,7 +127,7 @@ pub fn safetensors_parts(tensors: &Weights) -> Result<(Vec<u8>, Vec<&HostTensor>
     // The safetensors crate's order: by descending dtype alignment, then by name (the map's
     // order, kept by the stable sort).
     let mut order: Vec<(&String, &HostTensor)> = tensors.iter().collect();
-    order.sort_by(|(_, a), (_, b)| to_st(b.dtype).cmp(&to_st(a.dtype)));
+    order.sort_by_key(|(_, t)| std::cmp::Reverse(to_st(t.dtype)));
     Ok((head, order.into_iter().map(|(_, t)| t).collect()))
 }
 
