@@ -101,6 +101,9 @@ pub struct Compiled {
     pub report: fxhlo_lowering::kernels::BuildReport,
     /// Wall time of the whole compilation.
     pub time: std::time::Duration,
+    /// Wall time of each phase outside the passes (`cx.timings`), in order: `dce`, `passes` (their sum), `stablehlo`, `graph text`, `shape constants`, `fusion
+    /// plan`, `build program`, `constants`, `fold constants`, `validate`.
+    pub phases: Vec<(&'static str, std::time::Duration)>,
 }
 
 /// Compiles `model` into an artifact for the fast runtime.
@@ -115,7 +118,7 @@ pub fn compile_with(
     opts: &CompileOptions,
     dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
 ) -> Result<Compiled> {
-    compile_impl(&model.graph, opts, dump, &mut |name| {
+    compile_impl(model.graph.clone(), opts, dump, &mut |name| {
         model.weights.get(name).cloned()
     })
 }
@@ -128,26 +131,34 @@ pub fn compile_owned(
     dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
 ) -> Result<Compiled> {
     let graph = std::mem::take(&mut model.graph);
-    compile_impl(&graph, opts, dump, &mut |name| model.weights.remove(name))
+    compile_impl(graph, opts, dump, &mut |name| model.weights.remove(name))
 }
 
-/// The compiler; `weight(name)` gives the tensor of a constant the program reads (asked once
-/// per name).
+/// The compiler, on a graph it owns; `weight(name)` gives the tensor of a constant the program
+/// reads (asked once per name).
 fn compile_impl(
-    graph: &fxhlo_ir::Graph,
+    graph: fxhlo_ir::Graph,
     opts: &CompileOptions,
     dump: &mut dyn FnMut(&str, &fxhlo_ir::Graph),
     weight: &mut dyn FnMut(&str) -> Option<HostTensor>,
 ) -> Result<Compiled> {
     let t0 = std::time::Instant::now();
     let _span = tracing::info_span!("compile").entered();
-    // The graph alone is copied: the weights are copied once, into the artifact (a model's
-    // weights can be most of its bytes, and the emitter reads them only to inline them).
+    let mut phases: Vec<(&'static str, std::time::Duration)> = vec![];
+    let mut t = std::time::Instant::now();
+    let mut phase = |name: &'static str| {
+        phases.push((name, t.elapsed()));
+        t = std::time::Instant::now();
+    };
+    // The weights are not part of the model: they move (or are copied once) into the artifact
+    // (a model's weights can be most of its bytes, and the emitter reads them only to inline
+    // them).
     let mut m = Model {
-        graph: graph.clone(),
+        graph,
         weights: Default::default(),
     };
     remove_dead_nodes(&mut m.graph)?;
+    phase("dce");
     if let Some((op, _)) = m.graph.unsupported_ops().into_iter().next() {
         return Err(DriverError::Other(format!(
             "op {op} is not supported by fxhlo (`fxhlo inspect` lists every unsupported op)"
@@ -156,6 +167,7 @@ fn compile_impl(
     let pm = pass_manager(opts)?;
     let mut cx = fxhlo_passes::Cx::default();
     pm.run(&mut m.graph, &mut cx, dump)?;
+    phase("passes");
     let stablehlo = fxhlo_lowering::stablehlo::emit(
         &m,
         &fxhlo_lowering::stablehlo::EmitOptions {
@@ -164,14 +176,19 @@ fn compile_impl(
         },
     )
     .map_err(|e| e.to_string());
+    phase("stablehlo");
     let graph_text = fxhlo_ir::text::print_graph(&m.graph);
+    phase("graph text");
     // Values computed from the shapes alone (positions, masks) are computed now, whatever
     // their ops; the program reads them as constants.
     let mut shape_consts = fxhlo_lowering::constfold::fold_shape_constants(&mut m.graph)
         .map_err(DriverError::Other)?;
+    phase("shape constants");
     let plan = fxhlo_passes::fusion::plan(&m.graph);
+    phase("fusion plan");
     let (mut program, mut report) =
         fxhlo_lowering::kernels::build_program(&m.graph, &plan).map_err(DriverError::Other)?;
+    phase("build program");
     let mut constants: Weights = program
         .constants
         .iter()
@@ -180,6 +197,7 @@ fn compile_impl(
             t.map(|t| (name.clone(), t))
         })
         .collect();
+    phase("constants");
     // Steps that read only constants run now; their results become constants. Not those of
     // random ops, whose values belong to the run.
     let random: std::collections::HashSet<&str> = (m.graph.nodes.iter())
@@ -190,6 +208,7 @@ fn compile_impl(
     let folded =
         fxhlo_runtime::fast::fold::fold_constant_steps(&mut program, &mut constants, &pure)
             .map_err(DriverError::Other)?;
+    phase("fold constants");
     report.count(&program.steps);
     report.folded = folded;
     let artifact = fxhlo_runtime::fast::Artifact {
@@ -203,6 +222,7 @@ fn compile_impl(
         constants,
     };
     artifact.validate()?;
+    phase("validate");
     Ok(Compiled {
         artifact,
         graph: m.graph,
@@ -210,6 +230,7 @@ fn compile_impl(
         plan,
         report,
         time: t0.elapsed(),
+        phases,
     })
 }
 

@@ -92,7 +92,8 @@ struct PipelineArgs {
     /// Verify the graph after every pass (always on in debug builds).
     #[arg(long)]
     verify_each: bool,
-    /// Print each pass's time to standard error.
+    /// Print each pass's time to standard error (for `compile`, also each phase: reading,
+    /// lowering, building the program, folding, serializing, writing).
     #[arg(long)]
     time_passes: bool,
 }
@@ -363,6 +364,23 @@ fn dump_ir(name: &str, g: &fxhlo_ir::Graph) {
     );
 }
 
+/// A writer that counts the bytes written through it.
+struct CountingWriter<'a> {
+    w: &'a mut dyn std::io::Write,
+    n: u64,
+}
+
+impl std::io::Write for CountingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let k = self.w.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
 fn print_timings(cx: &fxhlo_passes::Cx) {
     for (name, t, changed) in &cx.timings {
         errln!(
@@ -623,14 +641,29 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
             pipeline,
             stats,
         } => {
+            let t = std::time::Instant::now();
             let m = load_model(&model)?;
+            let read = t.elapsed();
             let c = fxhlo::compile_owned(m, &pipeline.options(2), &mut dump_ir)?;
+            let t = std::time::Instant::now();
+            // Written as it is serialized: the constants are not copied into one buffer first.
+            let mut size = 0u64;
+            fxhlo_ir::read::safetensors_io::write_atomic_with(&output, &mut |w| {
+                let mut w = CountingWriter { w, n: 0 };
+                c.artifact.write_to(&mut w)?;
+                size = w.n;
+                Ok(())
+            })
+            .map_err(|e| DriverError::Other(format!("{}: {e}", output.display())))?;
             if pipeline.time_passes {
                 print_timings(&c.cx);
+                errln!("phases:");
+                let io = [("read model", read)];
+                let out = [("serialize and write", t.elapsed())];
+                for (name, d) in io.iter().chain(&c.phases).chain(&out) {
+                    errln!("{:>10.3} ms  {name}", d.as_secs_f64() * 1e3);
+                }
             }
-            let bytes = c.artifact.to_bytes()?;
-            fxhlo_ir::read::safetensors_io::write_atomic(&output, &bytes)
-                .map_err(|e| DriverError::Other(format!("{}: {e}", output.display())))?;
             if stats {
                 let kinds: Vec<String> = c
                     .report
@@ -644,7 +677,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     c.plan.kernels.len(),
                     c.artifact.header.program.steps.len(),
                     kinds.join(", "),
-                    bytes.len()
+                    size
                 );
                 errln!(
                     "fallbacks to the reference interpreter: {}",

@@ -230,3 +230,67 @@ fn deterministic_across_runs() {
         );
     }
 }
+
+/// A graph over `window_ops` op nodes is optimized in windows: rewrites inside a window happen,
+/// values read across windows (the input, a multi-result node, a value returned) stay right,
+/// fresh names stay unique, and the windows past `max_ops` are kept as they are.
+#[test]
+fn windows_optimize_large_graphs() {
+    let mut body = String::from(
+        "  %x: f32[4, 6] = input\n  max: %mv: f32[4], %mi: i64[4] = aten.max.dim(%x, dim=1)\n",
+    );
+    let mut prev = "x".to_string();
+    for i in 0..12 {
+        // Per group of 5 ops: neg(neg(p)) inside one window, then tanh, `+ x`, `- (-x)`.
+        body += &format!("  %a{i}: f32[4, 6] = aten.neg.default(%{prev})\n");
+        body += &format!("  %b{i}: f32[4, 6] = aten.neg.default(%a{i})\n");
+        body += &format!("  %c{i}: f32[4, 6] = aten.tanh.default(%b{i})\n");
+        body += &format!("  %d{i}: f32[4, 6] = aten.add.Tensor(%c{i}, %x)\n");
+        body += &format!("  %n{i}: f32[4, 6] = aten.neg.default(%x)\n");
+        prev = format!("d{i}");
+    }
+    body += &format!("  %s: f32[4, 6] = aten.add.Tensor(%{prev}, %n0)\n");
+    body += "  %m: f32[4] = aten.mul.Tensor(%mv, %mv)\n";
+    body += "  return %s, %m, %mi, %c3\n";
+    let g = parse_graph(&format!("graph {{\n{body}}}\n")).unwrap();
+    let windowed = |window_ops, max_ops| Config {
+        window_ops,
+        max_ops,
+        ..Config::deterministic()
+    };
+    let mut rng = Rng(7);
+    let inputs = random_inputs(&g, &mut rng);
+    let want = run(&g, &Default::default(), &inputs);
+    for (w, max) in [
+        (5, usize::MAX),
+        (4, usize::MAX),
+        (7, 14),
+        (1000, usize::MAX),
+    ] {
+        let (out, report) = optimize(&g, &windowed(w, max)).unwrap();
+        out.verify().unwrap();
+        let text = print_graph(&out);
+        assert_close(
+            &format!("window {w}"),
+            &run(&out, &Default::default(), &inputs),
+            &want,
+        );
+        let negs = text.matches("aten.neg").count();
+        if w == 5 {
+            // Windows of 5 after the max node: a0/b0 are split, every later pair is whole.
+            assert!(
+                report.stop_reason.contains("windows of at most 5"),
+                "{report}"
+            );
+            assert!(report.rule_counts["neg-neg"] >= 10, "{report}");
+        }
+        if max == 14 {
+            // Only the first 14 op nodes are optimized: the last pairs stay.
+            assert!(report.stop_reason.contains("kept as they are"), "{report}");
+            assert!(negs > 12, "{text}");
+        }
+        if w == 1000 {
+            assert!(!report.stop_reason.contains("windows"), "{report}");
+        }
+    }
+}

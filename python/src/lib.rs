@@ -334,7 +334,10 @@ fn compile_with(
                 opt_level,
                 ..Default::default()
             };
-            let a = fxhlo::compile(&model, &opts).map_err(|e| e.to_string())?;
+            // The model moves in: its weights become the artifact's constants without a copy.
+            let a = fxhlo::compile_owned(model, &opts, &mut |_, _| {})
+                .map_err(|e| e.to_string())?
+                .artifact;
             Ok((a, t0.elapsed().as_secs_f64()))
         })
         .map_err(compile_err)?;

@@ -544,6 +544,45 @@ def test_native_errors_are_exceptions():
     assert c2.output_specs() == c.output_specs()
 
 
+_OOM_SCRIPT = r"""
+import json, resource, sys
+import torch
+from fxhlo import _native
+n = 1 << 26
+g = {"format": "fxhlo-graph", "version": 1, "inputs": [
+    {"name": "x", "kind": "user_input", "type": {"dtype": "f32", "shape": [n]}}],
+    "nodes": [{"name": "m", "op": "aten.gt.Scalar",
+               "args": {"self": {"tensor": "x"}, "other": {"float": 0.0}},
+               "results": [{"name": "m", "type": {"dtype": "bool", "shape": [n]}}]}],
+    "outputs": ["m"]}
+c = _native.compile(json.dumps(g), None, opt_level=2, threads=1)
+x, out = torch.ones(n), torch.zeros(n, dtype=torch.bool)
+c.run_ptrs([x.data_ptr()], [out.data_ptr()])  # the buffers the executor keeps are made
+assert bool(out.all())
+# The address space in use now plus 160 MiB: room for the 64 MiB bool result a call makes,
+# not for the kernel's scratch (n f32 values, 256 MiB, which fxhlo before this test aborted on).
+used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (used + (160 << 20), resource.RLIM_INFINITY))
+try:
+    c.run_ptrs([x.data_ptr()], [out.data_ptr()])
+except MemoryError as e:
+    print("MemoryError:", e)
+    sys.exit(0)
+print("no error")
+sys.exit(3)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc")
+def test_allocation_failure_in_a_call_is_memory_error():
+    """A kernel's scratch that cannot be allocated (here under an address-space limit) raises
+    MemoryError from the call instead of aborting the process."""
+    r = subprocess.run([sys.executable, "-c", _OOM_SCRIPT], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "step 0 'm': scratch of 67108864 elements" in r.stdout, r.stdout
+
+
 # ---------------------------------------------------------------------------- disk cache
 
 _CACHE_SCRIPT = r"""

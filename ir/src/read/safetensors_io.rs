@@ -86,6 +86,51 @@ pub fn to_safetensors_bytes(tensors: &Weights) -> Result<Vec<u8>> {
     safetensors::serialize(views, None).map_err(|e| IrError::Graph(e.to_string()))
 }
 
+/// A tensor's type and byte count for the safetensors header, without its bytes.
+struct HeaderView<'a>(&'a HostTensor);
+
+impl safetensors::View for HeaderView<'_> {
+    fn dtype(&self) -> StDtype {
+        to_st(self.0.dtype)
+    }
+    fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Borrowed(&[])
+    }
+    fn data_len(&self) -> usize {
+        self.0.bytes.len()
+    }
+}
+
+/// The safetensors file of `tensors` in parts, to be written without assembling it: its
+/// beginning (length and JSON header) and the tensors whose bytes follow, in file order. The
+/// parts concatenated are [`to_safetensors_bytes`]'s bytes.
+pub fn safetensors_parts(tensors: &Weights) -> Result<(Vec<u8>, Vec<&HostTensor>)> {
+    for (k, t) in tensors {
+        let numel = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if numel.and_then(|n| n.checked_mul(t.dtype.size_bytes())) != Some(t.bytes.len()) {
+            return Err(IrError::Weight {
+                name: k.clone(),
+                msg: format!(
+                    "{} bytes for {}{:?}",
+                    t.bytes.len(),
+                    t.dtype.name(),
+                    t.shape
+                ),
+            });
+        }
+    }
+    let views = tensors.iter().map(|(k, t)| (k.as_str(), HeaderView(t)));
+    let head = safetensors::serialize(views, None).map_err(|e| IrError::Graph(e.to_string()))?;
+    // The safetensors crate's order: by descending dtype alignment, then by name (the map's
+    // order, kept by the stable sort).
+    let mut order: Vec<(&String, &HostTensor)> = tensors.iter().collect();
+    order.sort_by_key(|(_, t)| std::cmp::Reverse(to_st(t.dtype)));
+    Ok((head, order.into_iter().map(|(_, t)| t).collect()))
+}
+
 /// Writes tensors to a safetensors file without losing what was there if the write fails.
 pub fn write_safetensors(path: &Path, tensors: &Weights) -> Result<()> {
     let bytes = to_safetensors_bytes(tensors)?;
@@ -106,12 +151,23 @@ pub fn write_safetensors(path: &Path, tensors: &Weights) -> Result<()> {
 /// holds one writer's whole output. It is created with mode 0666 less the umask, as
 /// `std::fs::write` creates files.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, &mut |w| w.write_all(bytes))
+}
+
+/// [`write_atomic`] of what `write` writes (through a buffer), so a large output need not be
+/// assembled in memory first.
+pub fn write_atomic_with(
+    path: &Path,
+    write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     use std::io::Write;
     match std::fs::metadata(path) {
         Ok(m) if !m.is_file() => {
             // A device or a pipe named by the user: written in place, never created.
-            let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
-            return f.write_all(bytes).and_then(|_| f.flush());
+            let f = std::fs::OpenOptions::new().write(true).open(path)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            write(&mut w)?;
+            return w.flush();
         }
         _ => {}
     }
@@ -132,7 +188,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         b.permissions(std::fs::Permissions::from_mode(0o666));
     }
     let mut tmp = b.tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
+    {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
+        write(&mut w)?;
+        w.flush()?;
+    }
     // On error the temporary file is removed when `tmp` (or the error holding it) drops.
     tmp.persist(path).map(|_| ()).map_err(|e| e.error)
 }
@@ -140,6 +200,35 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_are_the_serialized_bytes() {
+        let mut w = Weights::new();
+        for (name, dtype, n) in [
+            ("b", DType::F32, 3),
+            ("a", DType::I64, 2),
+            ("c", DType::U8, 5),
+            ("d", DType::F32, 0),
+            ("e", DType::F16, 1),
+        ] {
+            let bytes = (0..n * dtype.size_bytes()).map(|i| i as u8).collect();
+            w.insert(
+                name.into(),
+                HostTensor {
+                    dtype,
+                    shape: vec![n],
+                    bytes,
+                },
+            );
+        }
+        let (mut head, tensors) = safetensors_parts(&w).unwrap();
+        tensors
+            .iter()
+            .for_each(|t| head.extend_from_slice(&t.bytes));
+        assert_eq!(head, to_safetensors_bytes(&w).unwrap());
+        w.get_mut("b").unwrap().bytes.pop();
+        assert!(safetensors_parts(&w).is_err());
+    }
 
     #[cfg(unix)]
     #[test]

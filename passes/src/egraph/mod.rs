@@ -16,6 +16,7 @@ use crate::{Changed, Cx, Pass};
 use egg::{Id, Runner, StopReason};
 use fxhlo_ir::{Arg, Graph, IrError, Node, NodeKind, ValueRef};
 use lang::{AttrVal, Data, ENode};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -32,6 +33,16 @@ pub struct Config {
     /// Run the rules that reassociate or move a rounding too (not only the exact ones; see
     /// [`rules::Rule::exact`]).
     pub reassociate: bool,
+    /// Most op nodes of one e-graph. A larger graph is optimized in windows of this many
+    /// consecutive op nodes (in topological order), each an e-graph of its own whose inputs
+    /// are the values it reads from before it and whose outputs are the values read after it
+    /// (see [`optimize`]). Translating the whole graph would cost time and memory for nothing:
+    /// its e-nodes alone exceed `node_limit`, so saturation stops before its first iteration.
+    pub window_ops: usize,
+    /// Most op nodes optimized in one run of the pass: the windows after them are kept as they
+    /// are, so the pass stays within a bounded time on very large graphs (about 10 µs per op
+    /// node on elementwise chains).
+    pub max_ops: usize,
 }
 
 impl Default for Config {
@@ -41,6 +52,8 @@ impl Default for Config {
             node_limit: 20_000,
             time_limit: Some(Duration::from_millis(500)),
             reassociate: false,
+            window_ops: 10_000,
+            max_ops: 100_000,
         }
     }
 }
@@ -156,7 +169,31 @@ fn stop_reason(r: &Option<StopReason>) -> String {
 
 /// Runs the e-graph optimizer on `g`: the best graph found (or a copy of `g` when nothing
 /// cheaper verified) and the report.
+///
+/// A graph of more than `config.window_ops` op nodes is optimized in windows of that many
+/// consecutive op nodes, one e-graph each, and only its first `config.max_ops` op nodes are
+/// (the rest are kept as they are). What windows lose: a rewrite whose pattern spans two
+/// windows (e.g. `exp(log(x))` with `log` the last node of one window and `exp` the first of
+/// the next) is not found; common subexpressions across windows are left to the `cse` pass.
 pub fn optimize(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport), IrError> {
+    let ops = g
+        .nodes
+        .iter()
+        .filter(|n| !matches!(n.kind, NodeKind::Input { .. }))
+        .count();
+    if ops <= config.window_ops.max(1) {
+        optimize_one(g, config, &|_| false)
+    } else {
+        optimize_windows(g, config)
+    }
+}
+
+/// [`optimize`] on `g` as one e-graph; fresh names avoid those `reserved` says are taken.
+fn optimize_one(
+    g: &Graph,
+    config: &Config,
+    reserved: &dyn Fn(&str) -> bool,
+) -> Result<(Graph, EgraphReport), IrError> {
     let start = Instant::now();
     let _span = tracing::debug_span!("egraph").entered();
     let tr = lang::to_egraph(g);
@@ -185,13 +222,22 @@ pub fn optimize(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport), IrE
     }
     let eg = &runner.egraph;
     let extractor = extract::Extractor::new(eg, cost::CostFn::new(eg));
-    let out = extract(g, &tr.values, &tr.node_class, eg, &extractor, &roots)?;
+    let out = extract(
+        g,
+        &tr.values,
+        &tr.node_class,
+        eg,
+        &extractor,
+        &roots,
+        reserved,
+    )?;
     let cost_before = cost::graph_cost(g);
     let cost_after = cost::graph_cost(&out);
-    let accepted = out.verify().is_ok() && cost_after <= cost_before;
-    if let Err(e) = out.verify() {
+    let verified = out.verify();
+    if let Err(e) = &verified {
         tracing::warn!("egraph: the extracted graph does not verify, keeping the input: {e}");
     }
+    let accepted = verified.is_ok() && cost_after <= cost_before;
     let report = EgraphReport {
         stop_reason: stop_reason(&runner.stop_reason),
         iterations: runner.iterations.len(),
@@ -206,6 +252,193 @@ pub fn optimize(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport), IrE
     Ok((if accepted { out } else { g.clone() }, report))
 }
 
+/// [`optimize`] on a graph larger than one window: every window of `config.window_ops`
+/// consecutive op nodes becomes a graph of its own (an input per value it reads from outside,
+/// an output per value read after it or returned), is optimized as one e-graph while the
+/// pass's `config.max_ops` last, and its result is spliced into the output graph in its
+/// place. Each window is kept only if cheaper or equal, so the whole is too.
+fn optimize_windows(g: &Graph, config: &Config) -> Result<(Graph, EgraphReport), IrError> {
+    let start = Instant::now();
+    let is_input = |n: &Node| matches!(n.kind, NodeKind::Input { .. });
+    // The last node reading each node's results (`usize::MAX`: a graph output).
+    let mut last_use = vec![0usize; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for v in n.args.iter().flat_map(Arg::values) {
+            last_use[v.node] = last_use[v.node].max(i);
+        }
+    }
+    for o in &g.outputs {
+        last_use[o.node] = usize::MAX;
+    }
+    // Names fresh ones must avoid: the source's and those made by the windows spliced so far.
+    let src_names: FxHashSet<&str> = (g.nodes.iter())
+        .flat_map(|n| {
+            std::iter::once(n.name.as_str()).chain(n.result_names.iter().map(String::as_str))
+        })
+        .collect();
+    let mut made: FxHashSet<String> = FxHashSet::default();
+    let mut out = Graph::default();
+    // The output graph's value for each source value (filled as windows are spliced).
+    let mut map: Vec<Vec<ValueRef>> = vec![vec![]; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate().filter(|(_, n)| is_input(n)) {
+        map[i] = vec![ValueRef::new(out.nodes.len(), 0)];
+        out.nodes.push(n.clone());
+    }
+    let ops: Vec<usize> = (0..g.nodes.len())
+        .filter(|&i| !is_input(&g.nodes[i]))
+        .collect();
+    let w = config.window_ops.max(1);
+    let mut report = EgraphReport::default();
+    // Op nodes optimized so far; windows: all, optimized, changed, kept as they are.
+    let mut optimized = 0usize;
+    let mut cost_saved = 0.0;
+    let (mut windows, mut n_opt, mut accepted, mut kept) = (0usize, 0usize, 0usize, 0usize);
+    let mut stops: BTreeMap<String, usize> = BTreeMap::new();
+    for win in ops.chunks(w) {
+        windows += 1;
+        if optimized >= config.max_ops {
+            // Past the budget: the window's nodes are copied as they are.
+            kept += 1;
+            for &i in win {
+                let mut n = g.nodes[i].clone();
+                remap_args(&mut n.args, |v| map[v.node][v.index]);
+                map[i] = (0..n.results.len())
+                    .map(|r| ValueRef::new(out.nodes.len(), r))
+                    .collect();
+                out.nodes.push(n);
+            }
+            continue;
+        }
+        let (lo, hi) = (win[0], win[win.len() - 1]);
+        // The window as a graph: inputs for the values it reads from outside, then its ops.
+        let mut sg = Graph::default();
+        let mut ext: Vec<ValueRef> = vec![];
+        let mut ext_index: FxHashMap<ValueRef, usize> = FxHashMap::default();
+        for &i in win {
+            for v in g.nodes[i].args.iter().flat_map(Arg::values) {
+                if (v.node < lo || is_input(&g.nodes[v.node])) && !ext_index.contains_key(&v) {
+                    ext_index.insert(v, ext.len());
+                    ext.push(v);
+                }
+            }
+        }
+        for &v in &ext {
+            let src = &g.nodes[v.node];
+            let kind = match &src.kind {
+                NodeKind::Input { .. } => src.kind.clone(),
+                _ => NodeKind::Input {
+                    kind: fxhlo_ir::InputKind::User,
+                    target: None,
+                },
+            };
+            let name = g.value_name(v).to_string();
+            sg.nodes.push(Node {
+                name: name.clone(),
+                kind,
+                args: vec![],
+                result_names: vec![name],
+                results: vec![g.ty(v).clone()],
+            });
+        }
+        let mut local: FxHashMap<usize, usize> = FxHashMap::default();
+        for &i in win {
+            let mut n = g.nodes[i].clone();
+            remap_args(&mut n.args, |v| match ext_index.get(&v) {
+                Some(&k) => ValueRef::new(k, 0),
+                None => ValueRef::new(local[&v.node], v.index),
+            });
+            local.insert(i, sg.nodes.len());
+            sg.nodes.push(n);
+        }
+        let mut outs: Vec<ValueRef> = vec![];
+        for &i in win {
+            if last_use[i] > hi {
+                for r in 0..g.nodes[i].results.len() {
+                    outs.push(ValueRef::new(i, r));
+                    sg.outputs.push(ValueRef::new(local[&i], r));
+                }
+            }
+        }
+        if outs.is_empty() {
+            continue; // nothing of it is read: dropped, as one e-graph would drop it
+        }
+        optimized += win.len();
+        n_opt += 1;
+        let (og, r) = optimize_one(&sg, config, &|n| src_names.contains(n) || made.contains(n))?;
+        cost_saved += r.cost_before - r.cost_after;
+        report.iterations = report.iterations.max(r.iterations);
+        report.enodes += r.enodes;
+        report.eclasses += r.eclasses;
+        accepted += usize::from(r.accepted);
+        *stops.entry(r.stop_reason).or_default() += 1;
+        for (k, n) in r.rule_counts {
+            *report.rule_counts.entry(k).or_default() += n;
+        }
+        // Splice: the window's inputs are its external values, in order (extraction emits the
+        // inputs first in source order).
+        let mut lmap: Vec<Vec<ValueRef>> = Vec::with_capacity(og.nodes.len());
+        for (j, n) in og.nodes.iter().enumerate() {
+            if j < ext.len() {
+                let v = ext[j];
+                lmap.push(vec![map[v.node][v.index]]);
+                continue;
+            }
+            let mut n = n.clone();
+            remap_args(&mut n.args, |v| lmap[v.node][v.index]);
+            lmap.push(
+                (0..n.results.len())
+                    .map(|r| ValueRef::new(out.nodes.len(), r))
+                    .collect(),
+            );
+            for nm in std::iter::once(&n.name).chain(&n.result_names) {
+                if !src_names.contains(nm.as_str()) {
+                    made.insert(nm.clone());
+                }
+            }
+            out.nodes.push(n);
+        }
+        for (v, o) in outs.iter().zip(&og.outputs) {
+            let m = &mut map[v.node];
+            if m.is_empty() {
+                *m = vec![ValueRef::new(usize::MAX, 0); g.nodes[v.node].results.len()];
+            }
+            m[v.index] = lmap[o.node][o.index];
+        }
+    }
+    out.outputs = g.outputs.iter().map(|o| map[o.node][o.index]).collect();
+    // Each window verified and cost no more than before; the cost is a sum over nodes (inputs
+    // cost nothing) and fresh names avoid every other name, so the whole verifies and costs
+    // the source's less what the windows saved, without a pass over the whole graph again.
+    let cost_before = cost::graph_cost(g);
+    let stops: Vec<String> = stops.iter().map(|(r, n)| format!("{r} x{n}")).collect();
+    report.stop_reason = format!(
+        "{windows} windows of at most {w} op nodes: {n_opt} optimized ({accepted} accepted; {}), \
+         {kept} kept as they are (past the pass's {} op nodes)",
+        stops.join(", "),
+        config.max_ops
+    );
+    report.cost_before = cost_before;
+    report.cost_after = cost_before - cost_saved;
+    report.accepted = accepted > 0;
+    report.time = start.elapsed();
+    Ok((out, report))
+}
+
+/// Replaces every tensor reference of `args` by `f` of it.
+fn remap_args(args: &mut [Arg], mut f: impl FnMut(ValueRef) -> ValueRef) {
+    for a in args {
+        match a {
+            Arg::Tensor(v) => *v = f(*v),
+            Arg::Tensors(vs) => {
+                for v in vs.iter_mut().flatten() {
+                    *v = f(*v);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Builds the extracted graph: inputs first in source order, then every needed e-class in
 /// post-order from the outputs. Names come from the source node whose value is in the class
 /// (the earliest one), or are fresh.
@@ -216,6 +449,7 @@ fn extract(
     eg: &lang::EGraph,
     ex: &extract::Extractor<'_>,
     roots: &[Id],
+    reserved: &dyn Fn(&str) -> bool,
 ) -> Result<Graph, IrError> {
     // Source names of each class: (node name, result names) for op/tuple classes, value name
     // for Get classes of multi-result nodes.
@@ -239,7 +473,7 @@ fn extract(
     let mut fresh = |base: &str, used: &mut HashSet<String>| loop {
         counter += 1;
         let n = format!("{base}_{counter}");
-        if used.insert(n.clone()) {
+        if !reserved(&n) && used.insert(n.clone()) {
             return n;
         }
     };

@@ -14,9 +14,10 @@
 
 use super::program::{Program, TensorSpec};
 use crate::RuntimeError;
-use fxhlo_ir::read::safetensors_io::{parse_safetensors, to_safetensors_bytes};
+use fxhlo_ir::read::safetensors_io::{parse_safetensors, safetensors_parts};
 use fxhlo_ir::Weights;
 use serde::{Deserialize, Serialize};
+use std::io::Write;
 
 /// The first bytes of every artifact.
 pub const MAGIC: &[u8; 8] = b"FXHLOFXA";
@@ -48,6 +49,23 @@ pub struct ArtifactHeader {
     pub stablehlo: Result<String, String>,
 }
 
+/// A writer that keeps the CRC-32 of what went through it.
+struct CrcWriter<'a> {
+    w: &'a mut dyn Write,
+    crc: crc32fast::Hasher,
+}
+
+impl Write for CrcWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.w.write(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
 fn err(msg: impl Into<String>) -> RuntimeError {
     RuntimeError::Artifact(msg.into())
 }
@@ -67,18 +85,34 @@ impl Artifact {
 
     /// The artifact's bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, RuntimeError> {
-        let header = serde_json::to_vec(&self.header).map_err(|e| err(e.to_string()))?;
-        let consts = to_safetensors_bytes(&self.constants).map_err(|e| err(e.to_string()))?;
-        let mut out = Vec::with_capacity(header.len() + consts.len() + 40);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-        out.extend_from_slice(&header);
-        out.extend_from_slice(&(consts.len() as u64).to_le_bytes());
-        out.extend_from_slice(&consts);
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
+        let mut out = Vec::new();
+        self.write_to(&mut out)
+            .map_err(|e| err(format!("serializing: {e}")))?;
         Ok(out)
+    }
+
+    /// Writes the artifact's bytes to `w` as it makes them: the constants' bytes are written
+    /// from where they are, not gathered into one buffer first.
+    pub fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let io = |e: String| std::io::Error::other(e);
+        let header = serde_json::to_vec(&self.header).map_err(|e| io(e.to_string()))?;
+        let (head, tensors) = safetensors_parts(&self.constants).map_err(|e| io(e.to_string()))?;
+        let consts_len = (tensors.iter()).fold(head.len() as u64, |a, t| a + t.bytes.len() as u64);
+        let mut w = CrcWriter {
+            w,
+            crc: crc32fast::Hasher::new(),
+        };
+        w.write_all(MAGIC)?;
+        w.write_all(&FORMAT_VERSION.to_le_bytes())?;
+        w.write_all(&(header.len() as u64).to_le_bytes())?;
+        w.write_all(&header)?;
+        w.write_all(&consts_len.to_le_bytes())?;
+        w.write_all(&head)?;
+        for t in tensors {
+            w.write_all(&t.bytes)?;
+        }
+        let crc = w.crc.finalize();
+        w.w.write_all(&crc.to_le_bytes())
     }
 
     /// Reads an artifact, checking magic, version, lengths, checksum and the program.

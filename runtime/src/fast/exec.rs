@@ -468,11 +468,14 @@ impl Executor {
             }
             ins.push(h.bytes.as_slice());
         }
-        let mut outs: Vec<Vec<u8>> = p
-            .outputs
-            .iter()
-            .map(|&v| vec![0u8; p.values[v as usize].bytes()])
-            .collect();
+        let mut outs: Vec<Vec<u8>> = (p.outputs.iter())
+            .map(|&v| try_zeros(p.values[v as usize].bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| match e {
+                KernelError::OutOfMemory(m) | KernelError::Msg(m) => {
+                    RuntimeError::OutOfMemory(format!("outputs: {m}"))
+                }
+            })?;
         {
             let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
             self.run_raw(&ins, &mut refs)?;
@@ -783,8 +786,13 @@ impl Executor {
                     .dsts
                     .first()
                     .is_some_and(|&v| self.plan.loc[v as usize] == Loc::InEpilogue);
-                run_kernel(kernel, &srcs, &mut ds, packed, in_place)
-                    .map_err(|e| step_err(i, step, e))?;
+                run_kernel(kernel, &srcs, &mut ds, packed, in_place).map_err(|e| match e {
+                    KernelError::Msg(m) => step_err(i, step, m),
+                    KernelError::OutOfMemory(m) => RuntimeError::OutOfMemory(format!(
+                        "step {i} '{}': {m}",
+                        fxhlo_ir::quote_name(step.name())
+                    )),
+                })?;
                 // bf16 and f16 results, computed in f32: each stored value rounded once.
                 for (k, (d, &v)) in ds.iter_mut().zip(&step.dsts).enumerate() {
                     let dtype = p.values[v as usize].dtype;
@@ -874,13 +882,40 @@ fn i64_src<'a>(s: &[Src<'a>], k: usize) -> Result<&'a [i64], String> {
 /// Runs a fast kernel. With `in_place` (see [`Loc::InEpilogue`]), a matmul or convolution
 /// writes its product into its epilogue's first result (its own `C` is left unwritten) and the
 /// epilogue runs there in place.
+/// Why a kernel failed: a problem with its operands, or an allocation of its scratch memory
+/// that failed (near the process's memory limit; a Python `MemoryError`).
+enum KernelError {
+    Msg(String),
+    OutOfMemory(String),
+}
+
+impl From<String> for KernelError {
+    fn from(m: String) -> Self {
+        KernelError::Msg(m)
+    }
+}
+
+/// `n` zeroed elements of scratch, allocated fallibly: scratch sized by the program's shapes
+/// must not abort the process when memory runs out.
+fn try_zeros<T: bytemuck::Zeroable + Copy>(n: usize) -> Result<Vec<T>, KernelError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| {
+        KernelError::OutOfMemory(format!(
+            "scratch of {n} elements of {} bytes: {e}",
+            std::mem::size_of::<T>()
+        ))
+    })?;
+    v.resize(n, T::zeroed());
+    Ok(v)
+}
+
 fn run_kernel(
     k: &Kernel,
     srcs: &[Src<'_>],
     dsts: &mut [Dst<'_>],
     packed: Option<&Prepacked>,
     in_place: bool,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     match (k, dsts) {
         (Kernel::Elementwise(e), dsts) => {
             e.validate(srcs)?;
@@ -888,8 +923,8 @@ fn run_kernel(
             let n = e.numel();
             let mut scratch: Vec<Vec<f32>> = (dsts.iter())
                 .filter(|d| matches!(d, Dst::Bool(_)))
-                .map(|_| vec![0f32; n])
-                .collect();
+                .map(|_| try_zeros(n))
+                .collect::<Result<_, _>>()?;
             let mut scratch_it = scratch.iter_mut();
             let mut outs: Vec<&mut [f32]> = Vec::with_capacity(dsts.len());
             for d in dsts.iter_mut() {
@@ -899,9 +934,9 @@ fn run_kernel(
                         outs.push(scratch_it.next().expect("one per bool result"))
                     }
                     _ => {
-                        return Err(
+                        return Err(KernelError::Msg(
                             "elementwise results must be f32 or bool of the iteration size".into(),
-                        )
+                        ))
                     }
                 }
             }
@@ -915,6 +950,20 @@ fn run_kernel(
             }
             Ok(())
         }
+        (k, dsts) => run_other_kernel(k, srcs, dsts, packed, in_place).map_err(KernelError::Msg),
+    }
+}
+
+/// [`run_kernel`] of every kernel but the elementwise one.
+fn run_other_kernel(
+    k: &Kernel,
+    srcs: &[Src<'_>],
+    dsts: &mut [Dst<'_>],
+    packed: Option<&Prepacked>,
+    in_place: bool,
+) -> Result<(), String> {
+    match (k, dsts) {
+        (Kernel::Elementwise(_), _) => Err("an elementwise kernel runs through run_kernel".into()),
         (Kernel::RowReduce(r), dsts) => super::reduce::run_row_reduce(r, srcs, dsts),
         (Kernel::Matmul { spec, epilogue }, [Dst::F32(c), outs @ ..]) => {
             let bias = if spec.bias.is_some() {
