@@ -18,7 +18,10 @@ The backend never raises to the user unless the ``strict`` option is set: a fail
 decompose, partition, compile or run a graph makes that graph (or part) run in eager, with one
 warning naming the reason.  Steps of a compiled program that run on the reference interpreter
 are reported by one :class:`FxhloInterpreterWarning` per graph; :func:`fxhlo.stats` returns
-the counters.  See docs/torch-backend.md.
+the counters.  The error checks of the linalg functions (``with_effects`` of
+``aten._linalg_check_errors``) are taken out of the graph and run after the compiled program
+on its ``info`` outputs (:func:`lift_error_checks`), raising eager's ``LinAlgError``.  See
+docs/torch-backend.md.
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ and ``prims.convert_element_type`` (from torch's references) as ``_to_copy``.  T
 linear algebra composites ``linalg_pinv`` (ATen's own, op for op, on ``_linalg_svd`` or
 ``_linalg_eigh``), ``linalg_matrix_sqrth`` (``V diag(sqrt(max(w, 0))) V^T`` from
 ``_linalg_eigh``) and ``linalg_polar`` (from ``_linalg_svd``, as the CPU computes it) sit on
-the factorizations of the op table (whose kernels compute in float64).
+the factorizations of the op table (whose kernels compute in float64).  The backward of
+``max_pool3d_with_indices`` and of ``replication_pad1d``/``2d`` scatter-add each gradient at its
+source (the argmax, or the clamped index; duplicates are summed in another order).
 """
 
 from __future__ import annotations
@@ -629,6 +631,43 @@ def stride_dependent() -> Dict[Callable, Callable]:
     }
 
 
+def _scatter_grad(grad, self_shape, index, dims):
+    # the gradient of a gather from the last `dims` dimensions of an input of `self_shape`
+    # at flat `index` (broadcast to grad's shape): a scatter_add into zeros
+    lead = list(self_shape[:len(self_shape) - dims])
+    inner = math.prod(self_shape[len(self_shape) - dims:])
+    g = aten.view.default(grad, list(grad.shape[:grad.dim() - dims]) + [-1])
+    idx = aten.expand.default(aten.view.default(index, [-1]) if index.dim() == dims
+                              else aten.view.default(index, list(g.shape)), list(g.shape))
+    out = aten.scatter_add.default(aten.full.default(lead + [inner], 0, dtype=grad.dtype),
+                                   -1, aten.clone.default(idx), g)
+    return aten.view.default(out, list(self_shape))
+
+
+def _max_pool3d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation,
+                                      ceil_mode, indices):
+    # each output's gradient added at its argmax (flat over D*H*W, as the indices are)
+    return _scatter_grad(grad, x.shape, indices, 3)
+
+
+def _replicate_index(n_out, n_in, before):
+    i = aten.arange.start_step(0, n_out, dtype=torch.int64)
+    return aten.clamp.default(aten.sub.Scalar(i, before), 0, n_in - 1)
+
+
+def _replication_pad1d_backward(grad, x, padding):
+    return _scatter_grad(grad, x.shape, _replicate_index(grad.shape[-1], x.shape[-1],
+                                                         padding[0]), 1)
+
+
+def _replication_pad2d_backward(grad, x, padding):
+    h, w = x.shape[-2], x.shape[-1]
+    ih = _replicate_index(grad.shape[-2], h, padding[2])
+    iw = _replicate_index(grad.shape[-1], w, padding[0])
+    flat = aten.add.Tensor(aten.mul.Scalar(aten.unsqueeze.default(ih, -1), w), iw)
+    return _scatter_grad(grad, x.shape, flat, 2)
+
+
 def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
                     unsafe=False, initial=None):
     # 1-D lengths or offsets: each element's segment by searchsorted of the segment ends, then
@@ -748,6 +787,9 @@ def table() -> Dict[torch._ops.OpOverload, Callable]:
         aten.cholesky_solve.default: _cholesky_solve,
         aten.cholesky_inverse.default: _cholesky_inverse,
         aten.segment_reduce.default: _segment_reduce,
+        aten.max_pool3d_with_indices_backward.default: _max_pool3d_with_indices_backward,
+        aten.replication_pad1d_backward.default: _replication_pad1d_backward,
+        aten.replication_pad2d_backward.default: _replication_pad2d_backward,
         aten.linalg_pinv.atol_rtol_tensor: _linalg_pinv,
         aten.linalg_matrix_sqrth.default: _linalg_matrix_sqrth,
         aten.linalg_polar.default: _linalg_polar,

@@ -180,12 +180,6 @@ XFAIL: Dict[Tuple[str, str], str] = {
         'unsupported: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default',
     ('nn.functional.linear_cross_entropy.chunked_none', 'fwd-bf16'):
         'unsupported: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default',
-    ('nn.functional.max_pool3d', 'fwdbwd-f32'):
-        'unsupported: aten.max_pool3d_with_indices_backward.default',
-    ('nn.functional.pad.replicate', 'fwdbwd-f32'):
-        'unsupported: aten.replication_pad1d_backward.default',
-    ('nn.functional.pad.replicate_negative', 'fwdbwd-f32'):
-        'unsupported: aten.replication_pad2d_backward.default',
     ('nn.functional.pdist', 'fwdbwd-f32'):
         'unsupported: aten._pdist_backward.default',
     ('nonzero', 'fwd-f32'):
@@ -315,9 +309,6 @@ XFAIL_SAMPLES: Dict[Tuple[str, str], Tuple[int, ...]] = {
     ('nn.functional.linear_cross_entropy.chunked_none', 'fwd-f32'): (0, 1),
     ('nn.functional.linear_cross_entropy.chunked_none', 'fwdbwd-f32'): (0,),
     ('nn.functional.linear_cross_entropy.chunked_none', 'fwd-bf16'): (0,),
-    ('nn.functional.max_pool3d', 'fwdbwd-f32'): (0,),
-    ('nn.functional.pad.replicate', 'fwdbwd-f32'): (0,),
-    ('nn.functional.pad.replicate_negative', 'fwdbwd-f32'): (0,),
     ('nn.functional.pdist', 'fwdbwd-f32'): (0,),
     ('nonzero', 'fwd-f32'): (0, 1, 2),
     ('nonzero', 'fwd-bf16'): (0,),

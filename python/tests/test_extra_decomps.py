@@ -50,6 +50,9 @@ CASES = [
     (aten.bucketize.Tensor, (_x(3, 4), torch.tensor([-1.0, 0.0, 0.5, 2.0])),
      {"right": True, "out_int32": True}),
 ]
+_mp_x = _x(2, 3, 6, 7, 8)
+_mp_out, _mp_idx = aten.max_pool3d_with_indices.default(_mp_x, [2, 2, 2], [2, 2, 2])
+_rp_x = _x(2, 5, 6)
 CASES += [
     (aten._trilinear.default, (_x(2, 3), _x(4, 3, 5, seed=1), _x(2, 5, seed=2), [1, 3], [0],
                                [1, 2], [2, 3]), {}),
@@ -65,6 +68,13 @@ CASES += [
     (aten.nanmedian.dim, (torch.full((3, 2), math.nan), 0, True), {}),
     (aten.diagonal_scatter.default, (_x(4, 5), _x(4, seed=1), 1), {}),
     (aten.diagonal_scatter.default, (_x(2, 4, 5), _x(4, 1, seed=1), -1, 0, 2), {}),
+    (aten.max_pool3d_with_indices_backward.default,
+     (_x(*_mp_out.shape, seed=1), _mp_x, [2, 2, 2], [2, 2, 2], [0, 0, 0], [1, 1, 1], False,
+      _mp_idx), {}),
+    (aten.replication_pad1d_backward.default, (_x(2, 5, 11, seed=1), _rp_x, [2, 3]), {}),
+    (aten.replication_pad1d_backward.default, (_x(2, 5, 7, seed=1), _rp_x, [-1, 2]), {}),
+    (aten.replication_pad2d_backward.default, (_x(2, 8, 11, seed=1), _rp_x, [2, 3, 1, 2]), {}),
+    (aten.replication_pad2d_backward.default, (_x(2, 6, 7, seed=1), _rp_x, [-1, 2, 3, -2]), {}),
 ]
 for r in ("prod", "mean", "amax", "amin"):
     for inc in (True, False):
