@@ -1956,10 +1956,16 @@ pub fn linalg_ldl_factor(cx: &InferCx) -> R<Vec<TensorType>> {
     ])
 }
 
-/// `linalg_ldl_solve(LD, pivots, B, hermitian)`: as [`linalg_lu_solve`] with left = true.
-pub fn linalg_ldl_solve(cx: &InferCx) -> R<Vec<TensorType>> {
-    let (ld, piv, bt) = (cx.t("LD")?, cx.t("pivots")?, cx.t("B")?);
-    let (lb, n) = square(ld, "LD")?;
+/// Checks the operands of a solve from a factorization (`linalg_lu_solve`, `linalg_ldl_solve`):
+/// the factor `fac` square, `pivots` integer `[.., n]`, `B` of the factor's dtype; returns the
+/// factor's batch dims and size.
+fn factor_pivots_rhs(
+    fac: &TensorType,
+    name: &str,
+    piv: &TensorType,
+    bt: &TensorType,
+) -> R<(Vec<Dim>, i64)> {
+    let (lb, n) = square(fac, name)?;
     if !matches!(piv.dtype, DType::I32 | DType::I64) {
         return Err(format!(
             "pivots have dtype {}, expected an integer dtype",
@@ -1975,12 +1981,19 @@ pub fn linalg_ldl_solve(cx: &InferCx) -> R<Vec<TensorType>> {
             shape_string(&want)
         ));
     }
-    if bt.dtype != ld.dtype {
+    if bt.dtype != fac.dtype {
         return Err(format!(
-            "B has dtype {}, expected {} (LD's)",
-            bt.dtype, ld.dtype
+            "B has dtype {}, expected {} ({name}'s)",
+            bt.dtype, fac.dtype
         ));
     }
+    Ok((lb, n))
+}
+
+/// `linalg_ldl_solve(LD, pivots, B, hermitian)`: as [`linalg_lu_solve`] with left = true.
+pub fn linalg_ldl_solve(cx: &InferCx) -> R<Vec<TensorType>> {
+    let (ld, piv, bt) = (cx.t("LD")?, cx.t("pivots")?, cx.t("B")?);
+    let (lb, n) = factor_pivots_rhs(ld, "LD", piv, bt)?;
     let (bb, m, k) = matrix(bt, "B")?;
     if m != n {
         return Err(format!("B has {m} rows, LD is {n}x{n}"));
@@ -2138,28 +2151,7 @@ pub fn linalg_solve(cx: &InferCx) -> R<Vec<TensorType>> {
 /// `linalg_lu_solve(LU, pivots, B, left, adjoint)`: the solution, batch dims broadcast.
 pub fn linalg_lu_solve(cx: &InferCx) -> R<Vec<TensorType>> {
     let (lu, piv, bt) = (cx.t("LU")?, cx.t("pivots")?, cx.t("B")?);
-    let (lb, n) = square(lu, "LU")?;
-    if !matches!(piv.dtype, DType::I32 | DType::I64) {
-        return Err(format!(
-            "pivots have dtype {}, expected an integer dtype",
-            piv.dtype
-        ));
-    }
-    let mut want = lb.clone();
-    want.push(Dim::Static(n));
-    if piv.shape != want {
-        return Err(format!(
-            "pivots have shape {}, expected {}",
-            shape_string(&piv.shape),
-            shape_string(&want)
-        ));
-    }
-    if bt.dtype != lu.dtype {
-        return Err(format!(
-            "B has dtype {}, expected {} (LU's)",
-            bt.dtype, lu.dtype
-        ));
-    }
+    let (lb, n) = factor_pivots_rhs(lu, "LU", piv, bt)?;
     let (bb, m, k) = matrix(bt, "B")?;
     let left = cx.bool("left")?;
     if (if left { m } else { k }) != n {
