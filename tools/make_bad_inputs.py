@@ -372,27 +372,21 @@ def inflating_member(data):
     raw = bytearray(out.getvalue())
     real = len(src.read(target)) * 64
     name = target.encode()
-    # Local header: uncompressed size at +22; central directory entry: at +24.
-    i = raw.find(b"PK\x03\x04" + raw[4:4])
-    pos = 0
-    while True:
-        i = raw.find(b"PK\x03\x04", pos)
-        if i < 0:
-            break
-        n = struct.unpack_from("<H", raw, i + 26)[0]
-        if raw[i + 30:i + 30 + n] == name:
-            struct.pack_into("<I", raw, i + 22, 16)
-        pos = i + 4
-    pos = 0
-    while True:
-        i = raw.find(b"PK\x01\x02", pos)
-        if i < 0:
-            break
-        n = struct.unpack_from("<H", raw, i + 28)[0]
-        if raw[i + 46:i + 46 + n] == name:
-            assert struct.unpack_from("<I", raw, i + 24)[0] == real
-            struct.pack_into("<I", raw, i + 24, 16)
-        pos = i + 4
+
+    def declare_16(signature, name_len_at, name_at, size_at, was=None):
+        """Sets the uncompressed size (at ``size_at``) of each header with ``signature`` that
+        names the member to 16 (checking it was ``was``, when given)."""
+        pos = 0
+        while (i := raw.find(signature, pos)) >= 0:
+            n = struct.unpack_from("<H", raw, i + name_len_at)[0]
+            if raw[i + name_at:i + name_at + n] == name:
+                if was is not None:
+                    assert struct.unpack_from("<I", raw, i + size_at)[0] == was
+                struct.pack_into("<I", raw, i + size_at, 16)
+            pos = i + 4
+
+    declare_16(b"PK\x03\x04", 26, 30, 22)  # local header: size at +22
+    declare_16(b"PK\x01\x02", 28, 46, 24, was=real)  # central directory entry: at +24
     return bytes(raw)
 
 
