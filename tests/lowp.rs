@@ -4,27 +4,18 @@
 //! kernels compute in f32, which can move a value across a rounding boundary), most of them
 //! exactly; the same bits on any thread count.
 
+#[path = "../passes/tests/common/mod.rs"]
+mod pcommon;
+
 use fxhlo::{compile, CompileOptions};
 use fxhlo_ir::{text::parse_graph, DType, HostTensor, InputKind, Model, NodeKind, Weights};
 use fxhlo_runtime::fast::{ExecOptions, Executor, Kernel};
+use pcommon::Rng;
 use std::collections::BTreeMap;
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[-2, 2)`.
-    fn value(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
-    }
+/// Uniform in `[-2, 2)`.
+fn value(rng: &mut Rng) -> f64 {
+    rng.unit() * 4.0 - 2.0
 }
 
 /// `x` as the nearest value of `d` (a float type), little-endian bytes.
@@ -85,8 +76,8 @@ fn random_values(g: &fxhlo_ir::Graph, seed: u64) -> (Vec<(String, bool, HostTens
         let count: usize = shape.iter().product();
         let xs: Vec<f64> = (0..count)
             .map(|_| match t.dtype {
-                DType::I64 => (rng.next() % 10) as f64,
-                _ => rng.value(),
+                DType::I64 => (rng.next_u64() % 10) as f64,
+                _ => value(&mut rng),
             })
             .collect();
         let user = *kind == InputKind::User;
@@ -279,13 +270,13 @@ fn conversions_round_to_nearest_even() {
     let mut rng = Rng(3);
     let mut xs: Vec<f32> = (0..4099)
         .map(|i| {
-            let r = rng.next();
+            let r = rng.next_u64();
             let base = f32::from_bits((r as u32 & 0x3fff_0000) | 0x3800_0000);
             match i % 4 {
                 0 => f32::from_bits(base.to_bits() | 0x8000), // a bf16 tie
                 1 => f32::from_bits(base.to_bits() | 0x8001),
                 2 => f32::from_bits(base.to_bits() | 0x7fff),
-                _ => rng.value() as f32 * 7e4,
+                _ => value(&mut rng) as f32 * 7e4,
             }
         })
         .collect();
