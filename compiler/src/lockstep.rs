@@ -26,34 +26,35 @@ pub struct NodeComparison {
     pub tol: Tolerance,
     /// The comparison (`name` is the value's name).
     pub cmp: Comparison,
+    /// For a value outside tolerance, the smallest relative tolerance (at `tol.atol`) that
+    /// would accept it.
+    pub needed_rtol: Option<f64>,
 }
 
-impl NodeComparison {
-    /// The smallest relative tolerance (with `tol.atol` kept) that would accept the value;
-    /// infinite where NaN/Inf differ or the shapes do.
-    pub fn needed_rtol(&self, fast: &HostTensor, reference: &HostTensor) -> f64 {
-        if self.cmp.mismatch.is_some() {
-            return f64::INFINITY;
-        }
-        let mut need = 0.0f64;
-        for (a, e) in fast.to_f64_vec().into_iter().zip(reference.to_f64_vec()) {
-            if !a.is_finite() || !e.is_finite() {
-                if !((a.is_nan() && e.is_nan()) || a == e) {
-                    return f64::INFINITY;
-                }
-                continue;
-            }
-            let over = (a - e).abs() - self.tol.atol;
-            if over > 0.0 {
-                need = need.max(if e == 0.0 {
-                    f64::INFINITY
-                } else {
-                    over / e.abs()
-                });
-            }
-        }
-        need
+/// The smallest relative tolerance (with `tol.atol` kept) that would accept `fast` against
+/// `reference`; infinite where NaN/Inf differ or the shapes do.
+fn needed_rtol(c: &Comparison, tol: Tolerance, fast: &HostTensor, reference: &HostTensor) -> f64 {
+    if c.mismatch.is_some() {
+        return f64::INFINITY;
     }
+    let mut need = 0.0f64;
+    for (a, e) in fast.to_f64_vec().into_iter().zip(reference.to_f64_vec()) {
+        if !a.is_finite() || !e.is_finite() {
+            if !((a.is_nan() && e.is_nan()) || a == e) {
+                return f64::INFINITY;
+            }
+            continue;
+        }
+        let over = (a - e).abs() - tol.atol;
+        if over > 0.0 {
+            need = need.max(if e == 0.0 {
+                f64::INFINITY
+            } else {
+                over / e.abs()
+            });
+        }
+    }
+    need
 }
 
 /// What [`compare_nodes`] found.
@@ -65,8 +66,6 @@ pub struct Lockstep {
     pub values: Vec<NodeComparison>,
     /// Index into `values` of the first value outside tolerance.
     pub first_bad: Option<usize>,
-    /// The first bad value's fast and reference tensors.
-    pub first_bad_tensors: Option<(HostTensor, HostTensor)>,
 }
 
 /// The graph of `model` with every floating or integer value an op node computes added to its
@@ -132,30 +131,28 @@ pub fn compare_nodes(
     let ex = fxhlo_runtime::fast::Executor::new(crate::compile(&inst, opts)?, &exec_opts)?;
     let fast = ex.run(inputs)?;
     let reference = crate::run_reference(&inst, inputs)?;
-    let mut out = Vec::with_capacity(values.len());
-    let mut first_bad = None;
-    let mut first_bad_tensors = None;
-    for (k, &(i, r)) in values.iter().enumerate() {
-        let node = &inst.graph.nodes[i];
-        let (a, e) = (&fast[skip + k], &reference[skip + k]);
-        let t = tol.unwrap_or(Tolerance::for_dtype(e.dtype));
-        let cmp = compare(&node.result_names[r], a, e, t);
-        if first_bad.is_none() && !cmp.ok() {
-            first_bad = Some(k);
-            first_bad_tensors = Some((a.clone(), e.clone()));
-        }
-        out.push(NodeComparison {
-            node: node.name.clone(),
-            op: node.op_name(),
-            ty: node.results[r].to_string(),
-            tol: t,
-            cmp,
-        });
-    }
+    let out: Vec<NodeComparison> = values
+        .iter()
+        .enumerate()
+        .map(|(k, &(i, r))| {
+            let node = &inst.graph.nodes[i];
+            let (a, e) = (&fast[skip + k], &reference[skip + k]);
+            let t = tol.unwrap_or(Tolerance::for_dtype(e.dtype));
+            let cmp = compare(&node.result_names[r], a, e, t);
+            let needed_rtol = (!cmp.ok()).then(|| needed_rtol(&cmp, t, a, e));
+            NodeComparison {
+                node: node.name.clone(),
+                op: node.op_name(),
+                ty: node.results[r].to_string(),
+                tol: t,
+                cmp,
+                needed_rtol,
+            }
+        })
+        .collect();
     Ok(Lockstep {
         outputs,
+        first_bad: out.iter().position(|v| !v.cmp.ok()),
         values: out,
-        first_bad,
-        first_bad_tensors,
     })
 }

@@ -751,8 +751,8 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     );
                 }
             }
-            match (r.first_bad, &r.first_bad_tensors) {
-                (Some(k), Some((a, e))) => {
+            match r.first_bad {
+                Some(k) => {
                     let v = &r.values[k];
                     outln!(
                         "value by value ({} values, each an output of an instrumented program): \
@@ -772,11 +772,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                         v.cmp.numel,
                         v.tol.rtol,
                         v.tol.atol,
-                        v.needed_rtol(a, e)
+                        v.needed_rtol.unwrap_or(f64::INFINITY)
                     );
                     Ok(ExitCode::from(1))
                 }
-                _ => {
+                None => {
                     outln!(
                         "value by value: all {} values within tolerance",
                         r.values.len()
