@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 from typing import Any, Dict, List
 
@@ -232,7 +233,6 @@ def run(mode: str, world: int, steps: int = 20, global_batch: int = 8, backend: 
                                  args=(world, mode, steps, global_batch, backend, rdzv, tmp,
                                        timeout, fail_rank))
         deadline = timeout + 120
-        import time
         t0 = time.monotonic()
         try:
             while not ctx.join(timeout=5):
