@@ -11,8 +11,9 @@ produces are each compiled in-process by the Rust compiler (:mod:`fxhlo.runner`)
 torch tensors without copies.  Values computed from constants alone by ops fxhlo lacks are
 evaluated once at compile time.  Graphs with ops fxhlo does not support are partitioned: the
 supported parts are compiled, the rest runs in eager, and one :class:`FxhloFallbackWarning`
-names the ops.  Graphs with symbolic shapes are compiled once per concrete input shape at run
-time.
+names the ops.  Inference graphs with symbolic shapes are traced once and specialized to each
+call's sizes by substitution (:mod:`fxhlo.symbolic`), each size compiled once; training
+graphs with symbolic shapes are traced again per concrete input shape.
 
 The backend never raises to the user unless the ``strict`` option is set: a failure to trace,
 decompose, partition, compile or run a graph makes that graph (or part) run in eager, with one
@@ -37,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.fx
+from torch._guards import detect_fake_mode
 
 from . import _native
 from .decomp import AttentionAsMath, decompositions, table_for  # noqa: F401 (public)
@@ -45,6 +47,7 @@ from .freezing import FrozenGraph, freeze_graph, static_tensors
 from .freezing import plan as freezing_plan
 from .runner import (STATS, CompileConfig, GraphStats, compile_graph_module, fold_constants,
                      prepare_graph)
+from .symbolic import Binder, is_inference, trace_once
 
 log = logging.getLogger("fxhlo")
 
@@ -59,6 +62,9 @@ OPTIONS = {
     "strict": "raise fxhlo.FxhloError instead of falling back to eager (default False)",
     "freezing": "under torch.no_grad()/inference_mode(), compile parameters and buffers as "
                 "constants, checked at every call (default True; fxhlo/freezing.py)",
+    "symbolic": "trace an inference graph with symbolic shapes once and specialize it to each "
+                "call's sizes by substitution (default True; fxhlo/symbolic.py); off: trace "
+                "again per shape",
 }
 
 
@@ -88,7 +94,8 @@ def parse_options(options: Optional[Dict[str, Any]]) -> tuple:
                         cache=bool(options.get("cache", True)),
                         cache_dir=options.get("cache_dir"),
                         dump_dir=options.get("dump_dir"),
-                        freezing=bool(options.get("freezing", True)))
+                        freezing=bool(options.get("freezing", True)),
+                        symbolic=bool(options.get("symbolic", True)))
     return cfg, bool(options.get("strict", False))
 
 
@@ -581,12 +588,12 @@ def fxhlo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any],
                                  f"CPU only, running the graph in eager")
             return gm.forward
         if _is_dynamic(example_inputs):
-            return ShapeSpecializer(gm, example_inputs, session)
+            return _dynamic(gm, example_inputs, session)
         if cfg.freezing:
             session.static = static_tensors(gm, example_inputs)
         return _aot(gm, example_inputs, session)
     except Exception as e:  # noqa: BLE001 - never a crash: this graph runs in eager
-        if strict:
+        if strict or _restarts_dynamo(e):
             raise
         gs = session.graph_stats(f"g{session.id}")
         gs.eager_partitions = 1
@@ -594,7 +601,67 @@ def fxhlo_backend(gm: torch.fx.GraphModule, example_inputs: List[Any],
         return gm.forward
 
 
-def _aot(gm, example_inputs, session: Session) -> Callable:
+def _dynamic(gm, example_inputs, session: Session) -> Callable:
+    """A Dynamo graph with symbolic shapes: an inference graph is traced once and specialized
+    to each call's sizes (fxhlo/symbolic.py); training graphs, and any graph whose symbolic
+    trace fails, are traced again per concrete shape (``ShapeSpecializer``)."""
+    spec = ShapeSpecializer(gm, example_inputs, session)
+    if not (session.cfg.symbolic and is_inference(example_inputs)):
+        return spec
+    return _trace_symbolic(gm, example_inputs, session) or spec
+
+
+def _restarts_dynamo(e: Exception) -> bool:
+    """Whether ``e`` asks Dynamo to analyse the frame again: aot_autograd raises this for a
+    float input read with ``.item()`` (``dynamic=True`` passes a module's float attributes
+    so); Dynamo then specializes the float and hands the backend a graph free of it (as it
+    does for Inductor)."""
+    return type(e).__name__ == "TensorifyScalarRestartAnalysis"
+
+
+def _trace_symbolic(gm, example_inputs, session: Session) -> Optional[Callable]:
+    """aot_autograd over the symbolic graph once, its inference graph bound to each call's
+    sizes by a ``Binder``; None if the trace fails (the caller traces per shape instead)."""
+    name = f"g{session.id}_inference"
+    compile_static = session.compiler("inference")
+    shape_env = getattr(detect_fake_mode(example_inputs), "shape_env", None)
+
+    def fallback(args, why: str) -> Callable:
+        gs = session.graph_stats(name)
+        gs.eager_partitions = 1
+        session.fallback(gs, f"cannot specialize the symbolic graph to this call ({why}); "
+                             f"running it in eager")
+        return _boxed(binder.gm.forward)
+
+    def on_new_size() -> None:
+        STATS.specializations += 1
+
+    binder: Optional[Binder] = None
+
+    def make_binder(agm: torch.fx.GraphModule) -> Binder:
+        nonlocal binder
+        binder = Binder(agm, compile_static, fallback, on_new_size, shape_env)
+        return binder
+    try:
+        cg = trace_once(gm, example_inputs, _aot_with(session), make_binder)
+    except Exception as e:  # noqa: BLE001 - the per-shape path is as correct, only slower
+        if _restarts_dynamo(e):
+            raise
+        log.debug("fxhlo: g%d: symbolic trace failed (%s); tracing per shape", session.id,
+                  _why(e))
+        return None
+    STATS.symbolic_graphs += 1
+    return cg
+
+
+def _aot_with(session: Session) -> Callable:
+    def aot(gm, example_inputs, inference_compiler=None):
+        return _aot(gm, example_inputs, session, inference_compiler)
+    return aot
+
+
+def _aot(gm, example_inputs, session: Session,
+         inference_compiler: Optional[Callable] = None) -> Callable:
     """aot_autograd with fxhlo's compilers and decomposition table.
 
     Calls ``aot_module_simplified`` directly rather than through
@@ -607,11 +674,12 @@ def _aot(gm, example_inputs, session: Session) -> Callable:
     from torch._functorch.aot_autograd import aot_module_simplified
 
     table = table_for(gm)
+    inference = inference_compiler or session.compiler("inference")
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         from torch._dynamo.backends.common import aot_autograd
         backend = aot_autograd(fw_compiler=session.compiler("forward"),
                                bw_compiler=session.compiler("backward"),
-                               inference_compiler=session.compiler("inference"),
+                               inference_compiler=inference,
                                decompositions=table)
         with AttentionAsMath(gm):
             return backend(gm, example_inputs)
@@ -630,7 +698,7 @@ def _aot(gm, example_inputs, session: Session) -> Callable:
         cg = aot_module_simplified(gm, example_inputs,
                                    fw_compiler=session.compiler("forward"),
                                    bw_compiler=bw_compiler,
-                                   inference_compiler=session.compiler("inference"),
+                                   inference_compiler=inference,
                                    decompositions=table)
     counters["aot_autograd"]["ok"] += 1
     return disable(cg, reason="do not trace AOT-compiled graph")

@@ -83,6 +83,10 @@ class Stats:
     fallback_graphs: int = 0
     partitions: int = 0
     runs: int = 0
+    #: graphs with symbolic shapes traced once (fxhlo/symbolic.py), and the sizes they were
+    #: specialized to (each an fxhlo compile, or a cache hit)
+    symbolic_graphs: int = 0
+    specializations: int = 0
     events: List[str] = field(default_factory=list)
     #: per graph, by name (``g0_forward``, ...)
     graphs: Dict[str, GraphStats] = field(default_factory=dict)
@@ -111,6 +115,7 @@ class CompileConfig:
     cache_dir: Optional[str] = None
     dump_dir: Optional[str] = None
     freezing: bool = True
+    symbolic: bool = True
 
 
 def _is_input_alias(n: torch.fx.Node, memo: Dict[torch.fx.Node, bool]) -> bool:
