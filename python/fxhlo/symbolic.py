@@ -183,7 +183,9 @@ def specialize(gm: torch.fx.GraphModule, sizes: Sizes) -> torch.fx.GraphModule:
     for n in g.nodes:  # nothing symbolic may be left
         for a in (n.args, n.kwargs):
             torch.fx.node.map_aggregate(a, _no_symbols)
-    return torch.fx.GraphModule(gm, g)  # which generates its code
+    from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
+    with _use_lazy_graph_module(True):  # its Python code is made if it ever runs in eager
+        return _make_graph_module(gm, g)
 
 
 def check_guards(sizes: Sizes, shape_env: Any) -> None:
