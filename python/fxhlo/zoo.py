@@ -568,7 +568,8 @@ def _stats():
                 compiled_partitions=sum(g.compiled_partitions for g in gs),
                 fallback_reasons=reasons, eager_ops=eager_ops,
                 eager_reasons=sorted({r.split("\n")[0][:300] for g in gs
-                                      for r in g.eager_reasons}))
+                                      for r in g.eager_reasons}),
+                symbolic_graphs=STATS.symbolic_graphs, specializations=STATS.specializations)
 
 
 def _compile(f):
