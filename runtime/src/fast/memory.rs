@@ -54,8 +54,9 @@ pub fn try_grow_zeroed<T: bytemuck::Zeroable + Copy>(
     if n > len {
         v.try_reserve(n - len).map_err(|e| {
             format!(
-                "cannot allocate {n} elements of {} bytes: {e:?}",
-                std::mem::size_of::<T>()
+                "cannot allocate {n} elements of {} bytes: {}",
+                std::mem::size_of::<T>(),
+                reserve_error(e)
             )
         })?;
     }
@@ -134,7 +135,7 @@ pub trait Growable<T> {
 
 impl<T: Clone> Growable<T> for Vec<T> {
     fn try_reserve_more(&mut self, extra: usize) -> Result<(), String> {
-        self.try_reserve(extra).map_err(|e| format!("{e:?}"))
+        self.try_reserve(extra).map_err(|e| e.to_string())
     }
     fn set_len_to(&mut self, n: usize, x: T) {
         self.resize(n, x);
@@ -146,7 +147,7 @@ impl<T: Clone> Growable<T> for Vec<T> {
 
 impl<T: Clone> Growable<T> for LineVec<T> {
     fn try_reserve_more(&mut self, extra: usize) -> Result<(), String> {
-        self.try_reserve(extra).map_err(|e| format!("{e:?}"))
+        self.try_reserve(extra).map_err(|e| reserve_error(e).into())
     }
     fn set_len_to(&mut self, n: usize, x: T) {
         self.resize(n, x);
@@ -173,8 +174,23 @@ pub fn try_aligned<T: bytemuck::Zeroable + Copy>(
     v: &mut LineVec<T>,
     len: usize,
 ) -> Result<&mut [T], KernelError> {
-    try_grow_zeroed(v, len).map_err(KernelError::OutOfMemory)?;
+    let have = v.len();
+    if len > have {
+        v.try_reserve(len - have)
+            .map_err(|e| alloc_error::<T>(len, reserve_error(e)))?;
+    }
+    grow_zeroed(v, len);
     Ok(&mut v[..len])
+}
+
+/// What a failed [`LineVec`] reservation means, in words.
+fn reserve_error(e: aligned_vec::TryReserveError) -> &'static str {
+    match e {
+        aligned_vec::TryReserveError::CapacityOverflow => "capacity overflow",
+        aligned_vec::TryReserveError::AllocError { .. } => {
+            "memory allocation failed because the memory allocator returned an error"
+        }
+    }
 }
 
 /// Element kinds the arena holds.
