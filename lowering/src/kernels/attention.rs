@@ -38,10 +38,16 @@ pub struct AttentionGroup {
 
 /// The attentions of `g` that can run as one step each.
 pub fn find(g: &Graph, plan: &FusionPlan) -> Vec<AttentionGroup> {
-    let users = g.users();
-    fxhlo_passes::composite::find(g)
-        .iter()
+    let attentions: Vec<Composite> = fxhlo_passes::composite::find(g)
+        .into_iter()
         .filter(|c| c.kind == CompositeKind::Attention)
+        .collect();
+    if attentions.is_empty() {
+        // (The users of every node, a set per node, cost more than the search itself.)
+        return vec![];
+    }
+    let users = g.users();
+    (attentions.iter())
         .filter_map(|c| group(g, plan, c, &users))
         .collect()
 }
