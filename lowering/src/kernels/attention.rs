@@ -14,7 +14,7 @@
 use super::dense::{as_operand, matmul_spec, static_shape};
 use super::expr::is_f32_stored;
 use super::layout::Layout;
-use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
+use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, Users, ValueRef};
 use fxhlo_passes::composite::{Composite, CompositeKind};
 use fxhlo_passes::fusion::FusionPlan;
 use fxhlo_runtime::fast::attention::AttentionSpec;
@@ -77,12 +77,7 @@ fn last_dim(g: &Graph, n: NodeId, name: &str, rank: usize) -> bool {
     }
 }
 
-fn group(
-    g: &Graph,
-    plan: &FusionPlan,
-    c: &Composite,
-    users: &[BTreeSet<NodeId>],
-) -> Option<AttentionGroup> {
+fn group(g: &Graph, plan: &FusionPlan, c: &Composite, users: &Users) -> Option<AttentionGroup> {
     let inside: BTreeSet<NodeId> = c.nodes.iter().copied().collect();
     let o = c.output.node;
     let first = *c
@@ -226,7 +221,7 @@ fn group(
 fn lowp_tail(
     g: &Graph,
     o: NodeId,
-    users: &[BTreeSet<NodeId>],
+    users: &Users,
     kernel_nodes: &[NodeId],
 ) -> Option<(ValueRef, Vec<NodeId>)> {
     let mut cur = ValueRef::new(o, 0);
@@ -383,7 +378,7 @@ fn placement(
     g: &Graph,
     r: ValueRef,
     shape: [usize; 3],
-    users: &[BTreeSet<NodeId>],
+    users: &Users,
 ) -> Option<(ValueRef, Operand)> {
     let mut chain = vec![r];
     let mut cur = r;

@@ -464,7 +464,7 @@ pub fn fold_bias(
             g.nodes[i]
                 .args
                 .iter()
-                .any(|a| a.values().contains(&product))
+                .any(|a| a.values().any(|v| v == product))
         })
         .collect();
     let [add] = users[..] else { return None };
