@@ -602,3 +602,41 @@ impl HostTensor {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod users_tests {
+    use crate::text::parse_graph;
+
+    /// Each node's readers, ascending and once each (a node reading two results of one node,
+    /// or one value twice, counts once); a node nobody reads has none.
+    #[test]
+    fn users_are_ascending_and_unique() {
+        let g = parse_graph(
+            "graph {
+  %x: f32[4, 2] = input
+  %w: f32[2] = input
+  %y: f32[4, 2] = input
+  %ln: f32[4, 2], %m: f32[4, 1], %r: f32[4, 1] = aten.native_layer_norm.default(%x, %w, %w, normalized_shape=[2], eps=1e-5)
+  %s: f32[4, 1] = aten.add.Tensor(%m, %r)
+  %e: f32[4, 2] = aten.mul.Tensor(%ln, %x)
+  return %e, %s
+}",
+        )
+        .unwrap();
+        let u = g.users();
+        assert_eq!(u.len(), g.nodes.len());
+        let of = |name: &str| g.nodes.iter().position(|n| n.name == name).unwrap();
+        let names = |name: &str| -> Vec<&str> {
+            u[of(name)]
+                .iter()
+                .map(|&i| g.nodes[i].name.as_str())
+                .collect()
+        };
+        assert_eq!(names("x"), ["ln", "e"]);
+        assert_eq!(names("w"), ["ln"]);
+        assert!(names("y").is_empty());
+        assert_eq!(names("ln"), ["s", "e"]);
+        assert!(names("s").is_empty());
+        assert!(names("e").is_empty());
+    }
+}

@@ -227,7 +227,7 @@ fn lowp_tail(
     let mut cur = ValueRef::new(o, 0);
     let mut nodes = vec![];
     while nodes.len() < 8 {
-        let [u] = users[cur.node].iter().copied().collect::<Vec<_>>()[..] else {
+        let &[u] = &users[cur.node] else {
             return None;
         };
         if g.outputs.contains(&cur)
@@ -383,7 +383,7 @@ fn placement(
     let mut chain = vec![r];
     let mut cur = r;
     // Each value of the chain has one user, and is not returned.
-    while let [u] = users[cur.node].iter().copied().collect::<Vec<_>>()[..] {
+    while let &[u] = &users[cur.node] {
         if g.outputs.contains(&cur) {
             break;
         }
