@@ -276,7 +276,7 @@ impl Graph {
 
     /// Map from value name to value.
     pub fn value_names(&self) -> HashMap<&str, ValueRef> {
-        let mut m = HashMap::new();
+        let mut m = HashMap::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.iter().enumerate() {
             for (j, r) in n.result_names.iter().enumerate() {
                 m.insert(r.as_str(), ValueRef::new(i, j));
@@ -287,7 +287,7 @@ impl Graph {
 
     /// Number of uses of every value (outputs count as uses).
     pub fn use_counts(&self) -> HashMap<ValueRef, usize> {
-        let mut m = HashMap::new();
+        let mut m = HashMap::with_capacity(self.nodes.len());
         for n in &self.nodes {
             for a in &n.args {
                 for v in a.values() {
@@ -338,7 +338,8 @@ impl Graph {
 
     /// Checks references, argument kinds, result types and names. Errors name the node.
     pub fn verify(&self) -> Result<()> {
-        let mut names = HashMap::new();
+        // (Sized up front: growing a map of a million names rehashes it twenty times.)
+        let mut names = HashMap::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.iter().enumerate() {
             if n.result_names.len() != n.results.len() {
                 return Err(self.node_err(i, "result names and types differ in count"));
