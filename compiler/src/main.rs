@@ -694,6 +694,10 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     );
                 }
             }
+            // The command ends here: its graph, plan and program (millions of small
+            // allocations for a large graph, 9% of a 1M-node compile) are left to the exit
+            // instead of being freed one by one.
+            std::mem::forget(c);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Compare {

@@ -44,12 +44,13 @@ impl Arg {
         }
     }
 
-    /// Every tensor value this argument references.
-    pub fn values(&self) -> Vec<ValueRef> {
+    /// Every tensor value this argument references, in order (an iterator: no allocation,
+    /// walks over all nodes' arguments are hot in compiling large graphs).
+    pub fn values(&self) -> Values<'_> {
         match self {
-            Arg::Tensor(v) => vec![*v],
-            Arg::Tensors(vs) => vs.iter().flatten().copied().collect(),
-            _ => vec![],
+            Arg::Tensor(v) => Values::One(Some(*v)),
+            Arg::Tensors(vs) => Values::List(vs.iter()),
+            _ => Values::One(None),
         }
     }
 
@@ -70,6 +71,25 @@ impl Arg {
             Arg::Layout(_) => "layout",
             Arg::Device(_) => "device",
             Arg::MemoryFormat(_) => "memory format",
+        }
+    }
+}
+
+/// The tensor values of an argument ([`Arg::values`]).
+#[derive(Clone, Debug)]
+pub enum Values<'a> {
+    /// A tensor argument's value (or none, for other arguments).
+    One(Option<ValueRef>),
+    /// The present entries of a tensor list.
+    List(std::slice::Iter<'a, Option<ValueRef>>),
+}
+
+impl Iterator for Values<'_> {
+    type Item = ValueRef;
+    fn next(&mut self) -> Option<ValueRef> {
+        match self {
+            Values::One(v) => v.take(),
+            Values::List(it) => it.by_ref().flatten().next().copied(),
         }
     }
 }

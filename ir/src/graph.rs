@@ -6,10 +6,39 @@ use crate::infer::{ArgType, InferCx};
 use crate::ops::{Op, Results};
 use crate::types::{shape_string, TensorType};
 use crate::DType;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
+
+/// The readers of each node of a graph ([`Graph::users`]): `users[n]` is the ascending list
+/// of the nodes that read a result of node `n`, each once. One flat list for all nodes (a set
+/// per node was a million allocations for a graph of a million nodes).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Users {
+    /// Where each node's readers start in `ids` (one more entry than nodes).
+    start: Vec<usize>,
+    ids: Vec<NodeId>,
+}
+
+impl Users {
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.start.len().saturating_sub(1)
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::ops::Index<NodeId> for Users {
+    type Output = [NodeId];
+    fn index(&self, n: NodeId) -> &[NodeId] {
+        &self.ids[self.start[n]..self.start[n + 1]]
+    }
+}
 
 /// One result of one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -163,15 +192,45 @@ impl Graph {
         &self.nodes[v.node].result_names[v.index]
     }
 
-    /// For each node, the nodes that read any of its results.
-    pub fn users(&self) -> Vec<BTreeSet<NodeId>> {
-        let mut users = vec![BTreeSet::new(); self.nodes.len()];
-        for (i, n) in self.nodes.iter().enumerate() {
-            for v in n.args.iter().flat_map(Arg::values) {
-                users[v.node].insert(i);
+    /// For each node, the nodes that read any of its results (`users[n]`, ascending, each
+    /// once).
+    pub fn users(&self) -> Users {
+        // Readers are visited in ascending order, so each node's list comes out sorted; a
+        // reader of several of a node's results (or of one twice) is counted once.
+        let reads = |f: &mut dyn FnMut(NodeId, NodeId)| {
+            for (i, n) in self.nodes.iter().enumerate() {
+                for a in &n.args {
+                    match a {
+                        Arg::Tensor(v) => f(v.node, i),
+                        Arg::Tensors(vs) => vs.iter().flatten().for_each(|v| f(v.node, i)),
+                        _ => {}
+                    }
+                }
             }
+        };
+        let n = self.nodes.len();
+        let mut last = vec![usize::MAX; n];
+        let mut start = vec![0usize; n + 1];
+        reads(&mut |node, reader| {
+            if node < n && last[node] != reader {
+                last[node] = reader;
+                start[node + 1] += 1;
+            }
+        });
+        for k in 0..n {
+            start[k + 1] += start[k];
         }
-        users
+        let mut ids = vec![0; start[n]];
+        let mut next = start.clone();
+        last.fill(usize::MAX);
+        reads(&mut |node, reader| {
+            if node < n && last[node] != reader {
+                last[node] = reader;
+                ids[next[node]] = reader;
+                next[node] += 1;
+            }
+        });
+        Users { start, ids }
     }
 
     /// Node ids of the user inputs, in calling order.
@@ -217,7 +276,7 @@ impl Graph {
 
     /// Map from value name to value.
     pub fn value_names(&self) -> HashMap<&str, ValueRef> {
-        let mut m = HashMap::new();
+        let mut m = HashMap::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.iter().enumerate() {
             for (j, r) in n.result_names.iter().enumerate() {
                 m.insert(r.as_str(), ValueRef::new(i, j));
@@ -228,7 +287,7 @@ impl Graph {
 
     /// Number of uses of every value (outputs count as uses).
     pub fn use_counts(&self) -> HashMap<ValueRef, usize> {
-        let mut m = HashMap::new();
+        let mut m = HashMap::with_capacity(self.nodes.len());
         for n in &self.nodes {
             for a in &n.args {
                 for v in a.values() {
@@ -279,7 +338,8 @@ impl Graph {
 
     /// Checks references, argument kinds, result types and names. Errors name the node.
     pub fn verify(&self) -> Result<()> {
-        let mut names = HashMap::new();
+        // (Sized up front: growing a map of a million names rehashes it twenty times.)
+        let mut names = HashMap::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.iter().enumerate() {
             if n.result_names.len() != n.results.len() {
                 return Err(self.node_err(i, "result names and types differ in count"));
@@ -541,5 +601,43 @@ impl HostTensor {
                 DType::Bool => (c[0] != 0) as u8 as f64,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod users_tests {
+    use crate::text::parse_graph;
+
+    /// Each node's readers, ascending and once each (a node reading two results of one node,
+    /// or one value twice, counts once); a node nobody reads has none.
+    #[test]
+    fn users_are_ascending_and_unique() {
+        let g = parse_graph(
+            "graph {
+  %x: f32[4, 2] = input
+  %w: f32[2] = input
+  %y: f32[4, 2] = input
+  %ln: f32[4, 2], %m: f32[4, 1], %r: f32[4, 1] = aten.native_layer_norm.default(%x, %w, %w, normalized_shape=[2], eps=1e-5)
+  %s: f32[4, 1] = aten.add.Tensor(%m, %r)
+  %e: f32[4, 2] = aten.mul.Tensor(%ln, %x)
+  return %e, %s
+}",
+        )
+        .unwrap();
+        let u = g.users();
+        assert_eq!(u.len(), g.nodes.len());
+        let of = |name: &str| g.nodes.iter().position(|n| n.name == name).unwrap();
+        let names = |name: &str| -> Vec<&str> {
+            u[of(name)]
+                .iter()
+                .map(|&i| g.nodes[i].name.as_str())
+                .collect()
+        };
+        assert_eq!(names("x"), ["ln", "e"]);
+        assert_eq!(names("w"), ["ln"]);
+        assert!(names("y").is_empty());
+        assert_eq!(names("ln"), ["s", "e"]);
+        assert!(names("s").is_empty());
+        assert!(names("e").is_empty());
     }
 }

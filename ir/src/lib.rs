@@ -16,7 +16,9 @@ pub mod types;
 pub use arg::{Arg, Param, ParamKind};
 pub use dtype::DType;
 pub use error::{IrError, Result};
-pub use graph::{Graph, HostTensor, InputKind, Model, Node, NodeId, NodeKind, ValueRef, Weights};
+pub use graph::{
+    Graph, HostTensor, InputKind, Model, Node, NodeId, NodeKind, Users, ValueRef, Weights,
+};
 pub use ops::{Op, OpInfo, Results, OPS};
 pub use traits::{OpKind, Purity, ViewKind};
 pub use types::{Dim, TensorType};

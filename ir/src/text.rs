@@ -491,7 +491,12 @@ fn to_arg(
 
 /// Parses the IR text form into a verified graph (without weights).
 pub fn parse_graph(text: &str) -> Result<Graph> {
-    let mut b = GraphBuilder::default();
+    // Room for a node per line that defines values (`%name: ...`).
+    let defs = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with('%'))
+        .count();
+    let mut b = GraphBuilder::with_capacity(defs);
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
     let mut started = false;
     let mut outputs = None;

@@ -21,7 +21,7 @@
 //! can treat it as one unit. [`CompositePass`] stores the groups on [`Cx::composites`].
 
 use crate::{Changed, Cx, Pass};
-use fxhlo_ir::{Arg, Graph, IrError, NodeId, NodeKind, Op, OpKind, ValueRef, ViewKind};
+use fxhlo_ir::{Arg, Graph, IrError, NodeId, NodeKind, Op, OpKind, Users, ValueRef, ViewKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -166,7 +166,7 @@ fn close(a: f64, b: f64) -> bool {
 struct Matcher<'g> {
     g: &'g Graph,
     /// Users of each node (any result), graph outputs not included.
-    users: Vec<BTreeSet<NodeId>>,
+    users: Users,
     /// Whether any result of the node is a graph output.
     is_output: Vec<bool>,
 }

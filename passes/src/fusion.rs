@@ -16,7 +16,7 @@
 //! kernel convex, and listed in a topological order of the kernel graph.
 
 use crate::egraph::cost::bytes;
-use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, OpKind, ValueRef};
+use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, OpKind, Users, ValueRef};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -156,13 +156,15 @@ pub fn plan(g: &Graph) -> FusionPlan {
     for o in &g.outputs {
         is_output[o.node] = true;
     }
-    let producers = |i: NodeId| -> BTreeSet<NodeId> {
-        g.nodes[i]
-            .args
-            .iter()
+    // The nodes a node reads, ascending, each once.
+    let producers = |i: NodeId| -> Vec<NodeId> {
+        let mut ps: Vec<NodeId> = (g.nodes[i].args.iter())
             .flat_map(|a| a.values())
             .map(|v| v.node)
-            .collect()
+            .collect();
+        ps.sort_unstable();
+        ps.dedup();
+        ps
     };
     let small = |i: NodeId| {
         g.nodes[i]
@@ -486,7 +488,7 @@ fn strided_view_chain(g: &Graph, p: NodeId, min: NodeId) -> Option<Vec<NodeId>> 
 fn preferred_heavy(
     g: &Graph,
     root: NodeId,
-    users: &[BTreeSet<NodeId>],
+    users: &Users,
     owner: &[Option<usize>],
 ) -> Option<NodeId> {
     let mut region = BTreeSet::from([root]);

@@ -71,6 +71,7 @@ fn bench_prepacked(threads: usize, m: usize, n: usize, k: usize) {
             true,
             &|_| {},
         )
+        .unwrap()
     });
     report(
         &format!("prepacked {m}x{k} @ ({n}x{k})^T +b relu"),
@@ -97,7 +98,9 @@ fn bench_matmul_in(
     let b = fill(b_len, 2);
     let mut c = vec![0f32; spec.batch * spec.m * spec.n];
     let flops = 2.0 * (spec.batch * spec.m * spec.n * spec.k) as f64;
-    let secs = time(reps, || matmul(spec, &a, &b, None, &mut c, &|_| {}));
+    let secs = time(reps, || {
+        matmul(spec, &a, &b, None, &mut c, &|_| {}).unwrap()
+    });
     report(name, threads, flops, secs);
 }
 
@@ -153,7 +156,9 @@ fn bench_attention(threads: usize) {
     };
     let qkv = fill(256 * 8 * 1536, 1);
     let mut out = vec![0f32; 256 * 8 * 512];
-    let secs = time(10, || attention(&spec, &qkv, &qkv, &qkv, None, &mut out));
+    let secs = time(10, || {
+        attention(&spec, &qkv, &qkv, &qkv, None, &mut out).unwrap()
+    });
     let flops = 4.0 * (64 * 256 * 256 * 64) as f64;
     report(
         "attention 64 x softmax(QK^T) @ V, fused",

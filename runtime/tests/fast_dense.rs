@@ -127,7 +127,8 @@ fn check_matmul(spec: &MatmulSpec, what: &str) {
                 *v *= 2.0;
             }
         }
-    });
+    })
+    .unwrap();
     if spec.m * spec.n > 0 {
         assert!(
             seen.into_inner().unwrap().iter().all(|&x| x == 1),
@@ -202,14 +203,16 @@ fn matmul_with_prepacked_weights_gives_the_same_bits() {
         let b = rnd(extent(&spec.b, spec.batch, spec.k, spec.n), 5);
         let len = spec.batch * spec.m * spec.n;
         let mut want = vec![0f32; len];
-        matmul(&spec, &a, &b, None, &mut want, &|_| {});
+        matmul(&spec, &a, &b, None, &mut want, &|_| {}).unwrap();
         assert_close(&want, &naive_matmul(&spec, &a, &b, None), 1e-4, what);
         let pk = prepack_b(&spec, &b).expect("a shared right operand");
         for threads in [1, 2, 3] {
             let mut got = vec![f32::NAN; len];
-            pool(threads).install(|| {
-                matmul_prepacked(&spec, &a, &b, Some(&pk), None, &mut got, false, &|_| {})
-            });
+            pool(threads)
+                .install(|| {
+                    matmul_prepacked(&spec, &a, &b, Some(&pk), None, &mut got, false, &|_| {})
+                })
+                .unwrap();
             assert!(
                 got.iter()
                     .zip(&want)
@@ -258,7 +261,7 @@ fn scale_column_bias_and_relu_in_the_gemm_give_the_bits_of_applying_them_after()
         let beta = 0.75f32;
         let mut want = vec![0f32; len];
         spec.alpha = 1.0;
-        matmul(&spec, &a, &b, None, &mut want, &|_| {});
+        matmul(&spec, &a, &b, None, &mut want, &|_| {}).unwrap();
         for (i, v) in want.iter_mut().enumerate() {
             *v *= alpha;
             *v += beta * bias[bias_at(i)];
@@ -277,18 +280,20 @@ fn scale_column_bias_and_relu_in_the_gemm_give_the_bits_of_applying_them_after()
         assert_eq!(pk.is_some(), prepack, "{what}");
         for threads in [1, 2] {
             let mut got = vec![f32::NAN; len];
-            pool(threads).install(|| {
-                matmul_prepacked(
-                    &spec,
-                    &a,
-                    &b,
-                    pk.as_ref(),
-                    Some(&bias),
-                    &mut got,
-                    true,
-                    &|_| {},
-                )
-            });
+            pool(threads)
+                .install(|| {
+                    matmul_prepacked(
+                        &spec,
+                        &a,
+                        &b,
+                        pk.as_ref(),
+                        Some(&bias),
+                        &mut got,
+                        true,
+                        &|_| {},
+                    )
+                })
+                .unwrap();
             for (j, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(
                     g.to_bits(),
@@ -313,12 +318,12 @@ fn matmul_zero_sizes() {
     });
     let bias = [1.0f32, 2.0, 3.0, 4.0];
     let mut c = vec![f32::NAN; 24];
-    matmul(&s, &[], &[], Some(&bias), &mut c, &|_| {});
+    matmul(&s, &[], &[], Some(&bias), &mut c, &|_| {}).unwrap();
     assert_eq!(&c[..4], &bias);
     assert_eq!(&c[20..], &bias);
     let s = MatmulSpec::contiguous(2, 0, 4, 5);
     let mut c: Vec<f32> = vec![];
-    matmul(&s, &[], &rnd(40, 1), None, &mut c, &|_| panic!("no rows"));
+    matmul(&s, &[], &rnd(40, 1), None, &mut c, &|_| panic!("no rows")).unwrap();
 }
 
 #[test]
@@ -475,7 +480,7 @@ fn matmul_bias_alpha_beta() {
     });
     let (a, b) = (rnd(35, 1), rnd(42, 2));
     let mut c = vec![0.0; 30];
-    matmul(&s, &a, &b, Some(&[f32::NAN; 6]), &mut c, &|_| {});
+    matmul(&s, &a, &b, Some(&[f32::NAN; 6]), &mut c, &|_| {}).unwrap();
     assert!(c.iter().all(|v| v.is_finite()));
 }
 
@@ -497,7 +502,8 @@ fn matmul_matches_interpreter() {
         None,
         &mut c,
         &|_| {},
-    );
+    )
+    .unwrap();
     assert_close(&c, &want.f64s(), 1e-5, "mm");
 
     let want = call1(
@@ -520,7 +526,7 @@ fn matmul_matches_interpreter() {
     });
     s.alpha = 2.0;
     s.beta = 0.5;
-    matmul(&s, &a, &b, Some(&bias), &mut c, &|_| {});
+    matmul(&s, &a, &b, Some(&bias), &mut c, &|_| {}).unwrap();
     assert_close(&c, &want.f64s(), 1e-5, "addmm");
 
     let (a, b) = (rnd(3 * 17 * 9, 4), rnd(3 * 9 * 129, 5));
@@ -539,7 +545,8 @@ fn matmul_matches_interpreter() {
         None,
         &mut c,
         &|_| {},
-    );
+    )
+    .unwrap();
     assert_close(&c, &want.f64s(), 1e-5, "bmm");
 }
 
@@ -580,7 +587,9 @@ fn matmul_bitwise_same_on_1_and_2_threads() {
         let b = rnd(spec.batch * spec.k * spec.n, 2);
         let run = |threads: usize| {
             let mut c = vec![0.0f32; spec.batch * spec.m * spec.n];
-            pool(threads).install(|| matmul(&spec, &a, &b, None, &mut c, &|_| {}));
+            pool(threads)
+                .install(|| matmul(&spec, &a, &b, None, &mut c, &|_| {}))
+                .unwrap();
             c
         };
         let (c1, c2) = (run(1), run(2));

@@ -70,6 +70,16 @@ pub struct GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// A builder with room for about `nodes` nodes, where it can be had (a hint: more may
+    /// be added; a reservation that fails is skipped, not an abort).
+    pub fn with_capacity(nodes: usize) -> GraphBuilder {
+        let mut b = GraphBuilder::default();
+        if b.graph.nodes.try_reserve(nodes).is_ok() {
+            let _ = b.names.try_reserve(nodes);
+        }
+        b
+    }
+
     /// The value of a name defined earlier.
     pub fn value(&self, name: &str) -> Option<ValueRef> {
         self.names.get(name).copied()

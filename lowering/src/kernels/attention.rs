@@ -14,7 +14,7 @@
 use super::dense::{as_operand, matmul_spec, static_shape};
 use super::expr::is_f32_stored;
 use super::layout::Layout;
-use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, ValueRef};
+use fxhlo_ir::{Arg, DType, Graph, NodeId, NodeKind, Op, Users, ValueRef};
 use fxhlo_passes::composite::{Composite, CompositeKind};
 use fxhlo_passes::fusion::FusionPlan;
 use fxhlo_runtime::fast::attention::AttentionSpec;
@@ -38,10 +38,16 @@ pub struct AttentionGroup {
 
 /// The attentions of `g` that can run as one step each.
 pub fn find(g: &Graph, plan: &FusionPlan) -> Vec<AttentionGroup> {
-    let users = g.users();
-    fxhlo_passes::composite::find(g)
-        .iter()
+    let attentions: Vec<Composite> = fxhlo_passes::composite::find(g)
+        .into_iter()
         .filter(|c| c.kind == CompositeKind::Attention)
+        .collect();
+    if attentions.is_empty() {
+        // (The users of every node, a set per node, cost more than the search itself.)
+        return vec![];
+    }
+    let users = g.users();
+    (attentions.iter())
         .filter_map(|c| group(g, plan, c, &users))
         .collect()
 }
@@ -71,12 +77,7 @@ fn last_dim(g: &Graph, n: NodeId, name: &str, rank: usize) -> bool {
     }
 }
 
-fn group(
-    g: &Graph,
-    plan: &FusionPlan,
-    c: &Composite,
-    users: &[BTreeSet<NodeId>],
-) -> Option<AttentionGroup> {
+fn group(g: &Graph, plan: &FusionPlan, c: &Composite, users: &Users) -> Option<AttentionGroup> {
     let inside: BTreeSet<NodeId> = c.nodes.iter().copied().collect();
     let o = c.output.node;
     let first = *c
@@ -220,13 +221,13 @@ fn group(
 fn lowp_tail(
     g: &Graph,
     o: NodeId,
-    users: &[BTreeSet<NodeId>],
+    users: &Users,
     kernel_nodes: &[NodeId],
 ) -> Option<(ValueRef, Vec<NodeId>)> {
     let mut cur = ValueRef::new(o, 0);
     let mut nodes = vec![];
     while nodes.len() < 8 {
-        let [u] = users[cur.node].iter().copied().collect::<Vec<_>>()[..] else {
+        let &[u] = &users[cur.node] else {
             return None;
         };
         if g.outputs.contains(&cur)
@@ -377,12 +378,12 @@ fn placement(
     g: &Graph,
     r: ValueRef,
     shape: [usize; 3],
-    users: &[BTreeSet<NodeId>],
+    users: &Users,
 ) -> Option<(ValueRef, Operand)> {
     let mut chain = vec![r];
     let mut cur = r;
     // Each value of the chain has one user, and is not returned.
-    while let [u] = users[cur.node].iter().copied().collect::<Vec<_>>()[..] {
+    while let &[u] = &users[cur.node] {
         if g.outputs.contains(&cur) {
             break;
         }

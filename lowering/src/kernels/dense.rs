@@ -464,7 +464,7 @@ pub fn fold_bias(
             g.nodes[i]
                 .args
                 .iter()
-                .any(|a| a.values().contains(&product))
+                .any(|a| a.values().any(|v| v == product))
         })
         .collect();
     let [add] = users[..] else { return None };
@@ -1326,7 +1326,7 @@ mod tests {
         };
         let mut c = vec![0.0f32; k.spec.out_len().unwrap()];
         let bias = k.bias.map(|v| &buf(v)[..]);
-        matmul(&k.spec, buf(k.a), buf(k.b), bias, &mut c, &|_| {});
+        matmul(&k.spec, buf(k.a), buf(k.b), bias, &mut c, &|_| {}).unwrap();
         let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
         assert_eq!(got, want);
     }

@@ -14,7 +14,7 @@
 
 use super::gemm::Operand;
 use super::math::{exp, max_nan};
-use super::memory::LineVec;
+use super::memory::{try_aligned, try_collect, KernelError, LineVec};
 use super::sgemm::{self, ColPost, Mat, PackedA, PackedB, Problem};
 use super::SendPtr;
 use rayon::prelude::*;
@@ -202,17 +202,17 @@ pub fn attention(
     v: &[f32],
     mask: Option<&[f32]>,
     out: &mut [f32],
-) {
+) -> Result<(), KernelError> {
     if let Err(e) = spec.validate(q.len(), k.len(), v.len(), mask.map(<[f32]>::len), out.len()) {
         panic!("invalid attention: {e}");
     }
     if out.is_empty() {
-        return;
+        return Ok(());
     }
     if spec.n == 0 {
         // No keys: every row is an empty sum.
         out.fill(0.0);
-        return;
+        return Ok(());
     }
     // Whole entries per task where there are enough of them (`k` and `v` packed once per
     // entry), else blocks of rows, about 4 tasks per thread.
@@ -220,9 +220,10 @@ pub fn attention(
     let nr = sgemm::arch().nr;
     let per_entry = (4 * threads).div_ceil(spec.batch);
     let rows = spec.m.div_ceil(per_entry).next_multiple_of(nr);
-    let tasks: Vec<(usize, usize)> = (0..spec.batch)
-        .flat_map(|b| (0..spec.m).step_by(rows).map(move |r0| (b, r0)))
-        .collect();
+    let tasks = try_collect(
+        spec.batch * spec.m.div_ceil(rows),
+        (0..spec.batch).flat_map(|b| (0..spec.m).step_by(rows).map(move |r0| (b, r0))),
+    )?;
     let outp = SendPtr(out.as_mut_ptr());
     let task = |&(b, r0): &(usize, usize)| {
         // SAFETY: `validate` checked every read against its buffer and that the output view
@@ -234,9 +235,9 @@ pub fn attention(
     // interpreter's): all of it here, in order (the same results: tasks are independent).
     let flops = 2.0 * (spec.batch * spec.m * spec.n * (spec.d + spec.dv)) as f64;
     if flops < sgemm::SERIAL_FLOPS {
-        tasks.iter().for_each(task);
+        tasks.iter().try_for_each(task)
     } else {
-        tasks.par_iter().for_each(task);
+        tasks.par_iter().try_for_each(task)
     }
 }
 
@@ -257,7 +258,7 @@ unsafe fn entry_rows(
     out: SendPtr,
     b: usize,
     rows: std::ops::Range<usize>,
-) {
+) -> Result<(), KernelError> {
     let at = |buf: *const f32, op: &Operand| {
         buf.wrapping_add(op.offset.wrapping_add(op.batch_offset(b)))
     };
@@ -288,12 +289,12 @@ unsafe fn entry_rows(
             o,
         } = &mut *s;
         // 64-byte aligned windows, so that no operand row of the micro-kernel splits a line.
-        let kp = sgemm::aligned(kp, PackedA::len_for(n, d));
-        let vp = sgemm::aligned(vp, PackedB::len_for(n, dv));
-        let qtb = sgemm::aligned(qtb, PackedB::len_for(d, nr));
-        let st = sgemm::aligned(st, n * nr);
-        let p = sgemm::aligned(p, n * nr);
-        let o = sgemm::aligned(o, nr * dv);
+        let kp = try_aligned(kp, PackedA::len_for(n, d))?;
+        let vp = try_aligned(vp, PackedB::len_for(n, dv))?;
+        let qtb = try_aligned(qtb, PackedB::len_for(d, nr))?;
+        let st = try_aligned(st, n * nr)?;
+        let p = try_aligned(p, n * nr)?;
+        let o = try_aligned(o, nr * dv)?;
         PackedA::pack_into(&kt, n, d, kp);
         PackedB::pack_into(&vm, n, dv, vp);
         let mut inv = [0f32; 32];
@@ -333,7 +334,8 @@ unsafe fn entry_rows(
                 scaled_copy(dst, &o[j * dv..(j + 1) * dv], w);
             }
         }
-    });
+        Ok(())
+    })
 }
 
 super::simd::multiversion! {
@@ -578,7 +580,8 @@ mod tests {
             .num_threads(threads)
             .build()
             .unwrap();
-        pool.install(|| attention(spec, &q, &k, &v, mask.as_deref(), &mut out));
+        pool.install(|| attention(spec, &q, &k, &v, mask.as_deref(), &mut out))
+            .unwrap();
         let want = naive(spec, &q, &k, &v, mask.as_deref());
         for (i, (&got, &w)) in out.iter().zip(&want).enumerate() {
             assert!(
@@ -639,7 +642,8 @@ mod tests {
             .unwrap();
         let (q, k, v) = (fill(2 * m * 8, 1), fill(2 * 8 * n, 2), fill(2 * n * 5, 3));
         let mut out = vec![0f32; 2 * m * 5];
-        pool.install(|| attention(&spec, &q, &k, &v, Some(&mask), &mut out));
+        pool.install(|| attention(&spec, &q, &k, &v, Some(&mask), &mut out))
+            .unwrap();
         assert!(out[3 * 5..4 * 5].iter().all(|x| x.is_nan()));
         assert!(out[..3 * 5].iter().all(|x| x.is_finite()));
     }

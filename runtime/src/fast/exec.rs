@@ -5,7 +5,9 @@ use super::expr::Expr;
 use super::gemm::Tile;
 #[cfg(test)]
 use super::memory::grow_zeroed;
-use super::memory::{try_grow_zeroed, ElemKind, LineVec, Loc, MemoryPlan};
+use super::memory::{
+    try_collect, try_grow_zeroed, try_vec, ElemKind, KernelError, LineVec, Loc, MemoryPlan,
+};
 use super::program::{Epilogue, Kernel, Program, Step, TensorSpec};
 use super::{Dst, Src};
 use crate::interp::{self, Data, Tensor};
@@ -125,17 +127,33 @@ fn write_bytes(v: &View<'_>, d: DType, out: &mut [u8]) {
     }
 }
 
-fn to_tensor(v: &View<'_>, spec: &TensorSpec) -> Tensor {
-    match v {
+fn to_tensor(v: &View<'_>, spec: &TensorSpec) -> Result<Tensor, KernelError> {
+    let shape = spec.shape.clone();
+    Ok(match v {
         View::Src(Src::F32(s)) => Tensor::from_f64s(
             spec.dtype,
-            spec.shape.clone(),
-            s.iter().map(|&x| x as f64).collect(),
+            shape,
+            try_collect(s.len(), s.iter().map(|&x| x as f64))?,
         ),
-        View::Src(Src::I64(s)) => Tensor::from_i64s(spec.dtype, spec.shape.clone(), s.to_vec()),
-        View::Src(Src::Bool(s)) => Tensor::from_bools(spec.dtype, spec.shape.clone(), s.to_vec()),
-        View::T(t) => t.clone(),
-    }
+        View::Src(Src::I64(s)) => {
+            Tensor::from_i64s(spec.dtype, shape, try_collect(s.len(), s.iter().copied())?)
+        }
+        View::Src(Src::Bool(s)) => {
+            Tensor::from_bools(spec.dtype, shape, try_collect(s.len(), s.iter().copied())?)
+        }
+        View::T(t) => {
+            let data = match &t.data {
+                Data::F(v) => Data::F(try_collect(v.len(), v.iter().copied())?),
+                Data::I(v) => Data::I(try_collect(v.len(), v.iter().copied())?),
+                Data::B(v) => Data::B(try_collect(v.len(), v.iter().copied())?),
+            };
+            Tensor {
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                data,
+            }
+        }
+    })
 }
 
 thread_local! {
@@ -469,7 +487,7 @@ impl Executor {
             ins.push(h.bytes.as_slice());
         }
         let mut outs: Vec<Vec<u8>> = (p.outputs.iter())
-            .map(|&v| try_zeros(p.values[v as usize].bytes()))
+            .map(|&v| try_vec(p.values[v as usize].bytes(), 0u8))
             .collect::<Result<_, _>>()
             .map_err(|e| match e {
                 KernelError::OutOfMemory(m) | KernelError::Msg(m) => {
@@ -751,6 +769,13 @@ impl Executor {
         dsts: &mut [DstBuf<'_>],
     ) -> Result<(), RuntimeError> {
         let p = self.program();
+        let kernel_err = |e: KernelError| match e {
+            KernelError::Msg(m) => step_err(i, step, m),
+            KernelError::OutOfMemory(m) => RuntimeError::OutOfMemory(format!(
+                "step {i} '{}': {m}",
+                fxhlo_ir::quote_name(step.name())
+            )),
+        };
         match &step.kernel {
             Kernel::Fallback { .. } => {
                 let Some(Some(model)) = self.fallbacks.get(i) else {
@@ -758,7 +783,8 @@ impl Executor {
                 };
                 let mut ins = BTreeMap::new();
                 for (k, (v, &id)) in srcs.iter().zip(&step.srcs).enumerate() {
-                    ins.insert(format!("in{k}"), to_tensor(v, &p.values[id as usize]));
+                    let t = to_tensor(v, &p.values[id as usize]).map_err(kernel_err)?;
+                    ins.insert(format!("in{k}"), t);
                 }
                 let outs = interp::eval(model, &ins, &interp::Options::default())?;
                 for (d, t) in dsts.iter_mut().zip(outs) {
@@ -786,13 +812,7 @@ impl Executor {
                     .dsts
                     .first()
                     .is_some_and(|&v| self.plan.loc[v as usize] == Loc::InEpilogue);
-                run_kernel(kernel, &srcs, &mut ds, packed, in_place).map_err(|e| match e {
-                    KernelError::Msg(m) => step_err(i, step, m),
-                    KernelError::OutOfMemory(m) => RuntimeError::OutOfMemory(format!(
-                        "step {i} '{}': {m}",
-                        fxhlo_ir::quote_name(step.name())
-                    )),
-                })?;
+                run_kernel(kernel, &srcs, &mut ds, packed, in_place).map_err(kernel_err)?;
                 // bf16 and f16 results, computed in f32: each stored value rounded once.
                 for (k, (d, &v)) in ds.iter_mut().zip(&step.dsts).enumerate() {
                     let dtype = p.values[v as usize].dtype;
@@ -878,37 +898,9 @@ fn i64_src<'a>(s: &[Src<'a>], k: usize) -> Result<&'a [i64], String> {
     }
 }
 
-/// Runs one fast kernel. Sizes were validated when the executor was made.
-/// Runs a fast kernel. With `in_place` (see [`Loc::InEpilogue`]), a matmul or convolution
-/// writes its product into its epilogue's first result (its own `C` is left unwritten) and the
-/// epilogue runs there in place.
-/// Why a kernel failed: a problem with its operands, or an allocation of its scratch memory
-/// that failed (near the process's memory limit; a Python `MemoryError`).
-enum KernelError {
-    Msg(String),
-    OutOfMemory(String),
-}
-
-impl From<String> for KernelError {
-    fn from(m: String) -> Self {
-        KernelError::Msg(m)
-    }
-}
-
-/// `n` zeroed elements of scratch, allocated fallibly: scratch sized by the program's shapes
-/// must not abort the process when memory runs out.
-fn try_zeros<T: bytemuck::Zeroable + Copy>(n: usize) -> Result<Vec<T>, KernelError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|e| {
-        KernelError::OutOfMemory(format!(
-            "scratch of {n} elements of {} bytes: {e}",
-            std::mem::size_of::<T>()
-        ))
-    })?;
-    v.resize(n, T::zeroed());
-    Ok(v)
-}
-
+/// Runs one fast kernel (sizes were validated when the executor was made). With `in_place`
+/// (see [`Loc::InEpilogue`]), a matmul or convolution writes its product into its epilogue's
+/// first result (its own `C` is left unwritten) and the epilogue runs there in place.
 fn run_kernel(
     k: &Kernel,
     srcs: &[Src<'_>],
@@ -923,7 +915,7 @@ fn run_kernel(
             let n = e.numel();
             let mut scratch: Vec<Vec<f32>> = (dsts.iter())
                 .filter(|d| matches!(d, Dst::Bool(_)))
-                .map(|_| try_zeros(n))
+                .map(|_| try_vec(n, 0f32))
                 .collect::<Result<_, _>>()?;
             let mut scratch_it = scratch.iter_mut();
             let mut outs: Vec<&mut [f32]> = Vec::with_capacity(dsts.len());
@@ -950,7 +942,7 @@ fn run_kernel(
             }
             Ok(())
         }
-        (k, dsts) => run_other_kernel(k, srcs, dsts, packed, in_place).map_err(KernelError::Msg),
+        (k, dsts) => run_other_kernel(k, srcs, dsts, packed, in_place),
     }
 }
 
@@ -961,7 +953,7 @@ fn run_other_kernel(
     dsts: &mut [Dst<'_>],
     packed: Option<&Prepacked>,
     in_place: bool,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     match (k, dsts) {
         (Kernel::Elementwise(_), _) => Err("an elementwise kernel runs through run_kernel".into()),
         (Kernel::RowReduce(r), dsts) => super::reduce::run_row_reduce(r, srcs, dsts),
@@ -987,7 +979,7 @@ fn run_other_kernel(
                 c,
                 relu,
                 &|t| epi.tile(t),
-            );
+            )?;
             Ok(())
         }
         (
@@ -1055,10 +1047,10 @@ fn run_other_kernel(
                 None
             };
             let (q, k, v) = (f32_src(srcs, 0)?, f32_src(srcs, 1)?, f32_src(srcs, 2)?);
-            super::attention::attention(spec, q, k, v, mask, out);
+            super::attention::attention(spec, q, k, v, mask, out)?;
             Ok(())
         }
-        (k, _) => Err(format!("{} kernel with unexpected results", k.kind())),
+        (k, _) => Err(format!("{} kernel with unexpected results", k.kind()).into()),
     }
 }
 
@@ -1097,15 +1089,25 @@ impl Copied for bool {
 
 /// A copying kernel (a gather or a concatenation) into `out`: the sources it copies from have
 /// the result's element type (a gather's second source is its `i64` indices).
-fn run_copy<T: Copied>(k: &Kernel, srcs: &[Src<'_>], out: &mut [T]) -> Result<(), String> {
+fn run_copy<T: Copied>(k: &Kernel, srcs: &[Src<'_>], out: &mut [T]) -> Result<(), KernelError> {
     let src = |i: usize| {
         srcs.get(i)
             .and_then(T::of)
             .ok_or_else(|| format!("source {i} is not of the result's element type"))
     };
     match k {
-        Kernel::Gather(spec) => super::gather::gather(spec, src(0)?, i64_src(srcs, 1)?, out),
-        Kernel::GatherDim(spec) => super::index::gather_dim(spec, src(0)?, i64_src(srcs, 1)?, out),
+        Kernel::Gather(spec) => Ok(super::gather::gather(
+            spec,
+            src(0)?,
+            i64_src(srcs, 1)?,
+            out,
+        )?),
+        Kernel::GatherDim(spec) => Ok(super::index::gather_dim(
+            spec,
+            src(0)?,
+            i64_src(srcs, 1)?,
+            out,
+        )?),
         Kernel::GatherNd(spec) => {
             let idx = (1..srcs.len())
                 .map(|i| i64_src(srcs, i))
@@ -1114,9 +1116,9 @@ fn run_copy<T: Copied>(k: &Kernel, srcs: &[Src<'_>], out: &mut [T]) -> Result<()
         }
         Kernel::Concat(spec) => {
             let inputs = (0..srcs.len()).map(src).collect::<Result<Vec<_>, _>>()?;
-            super::concat::concat(spec, &inputs, out)
+            Ok(super::concat::concat(spec, &inputs, out)?)
         }
-        k => Err(format!("a {} kernel does not copy", k.kind())),
+        k => Err(format!("a {} kernel does not copy", k.kind()).into()),
     }
 }
 

@@ -9,6 +9,7 @@
 //! indexing does, `embedding` and `index_select` do not); any other is an error, not a
 //! panic.
 
+use super::memory::{try_vec, KernelError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -174,10 +175,10 @@ impl GatherNdSpec {
 
     /// The flat row of `x` (as `[outer, rows, inner]`) each broadcast index position selects;
     /// `Err` naming the first index out of range.
-    fn rows(&self, idx: &[&[i64]]) -> Result<Vec<i64>, String> {
+    fn rows(&self, idx: &[&[i64]]) -> Result<Vec<i64>, KernelError> {
         let nb: usize = self.bshape.iter().product();
         let rank = self.bshape.len();
-        let mut rows = vec![0i64; nb];
+        let mut rows = try_vec(nb, 0i64)?;
         let mut scale = 1i64;
         for (j, (&n, (s, ix))) in (self.dims.iter())
             .zip(self.index_shapes.iter().zip(idx))
@@ -203,7 +204,8 @@ impl GatherNdSpec {
                     return Err(format!(
                         "index {i} is out of bounds for dimension {j} of the indexed ones, with \
                          size {n}"
-                    ));
+                    )
+                    .into());
                 }
                 *r += w * scale;
                 // Next broadcast position.
@@ -232,7 +234,7 @@ pub fn gather_nd<T: Copy + Send + Sync>(
     x: &[T],
     idx: &[&[i64]],
     out: &mut [T],
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     let lens: Vec<usize> = idx.iter().map(|i| i.len()).collect();
     spec.validate(x.len(), &lens, out.len())?;
     let rows = spec.rows(idx)?;
@@ -243,7 +245,7 @@ pub fn gather_nd<T: Copy + Send + Sync>(
         indices: rows.len(),
         wrap: false,
     };
-    gather(&flat, x, &rows, out)
+    Ok(gather(&flat, x, &rows, out)?)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! results are bitwise the same for any thread count. Each finished tile of `C` gets its scale
 //! and bias and then the caller's epilogue while it is still in cache.
 
+use super::memory::{try_collect, KernelError};
 use super::sgemm::{self, Mat, PackedB, Problem};
 use super::SendPtr;
 use serde::{Deserialize, Serialize};
@@ -326,7 +327,7 @@ pub fn matmul(
     bias: Option<&[f32]>,
     c: &mut [f32],
     epilogue: &(dyn Fn(&mut Tile) + Sync),
-) {
+) -> Result<(), KernelError> {
     matmul_prepacked(spec, a, b, None, bias, c, false, epilogue)
 }
 
@@ -366,7 +367,7 @@ pub fn matmul_prepacked(
     c: &mut [f32],
     relu: bool,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
-) {
+) -> Result<(), KernelError> {
     if let Err(e) = spec.validate(a.len(), b.len(), bias.map(|x| x.len()), c.len()) {
         panic!("invalid matmul: {e}");
     }
@@ -378,7 +379,7 @@ pub fn matmul_prepacked(
     }
     let (m, n, k) = (spec.m, spec.n, spec.k);
     if c.is_empty() {
-        return;
+        return Ok(());
     }
     let cptr = c.as_mut_ptr();
     // Batch entry `bi` of an operand (pointers only: an entry that reads nothing, k == 0, may
@@ -412,19 +413,19 @@ pub fn matmul_prepacked(
             n,
         )]
     } else {
-        (0..spec.batch)
-            .map(|bi| {
-                Problem::new(
-                    m,
-                    n,
-                    k,
-                    mat(a, &spec.a, bi),
-                    mat(b, &spec.b, bi),
-                    cptr.wrapping_add(bi * m * n),
-                    n,
-                )
-            })
-            .collect()
+        // (One problem per batch entry: as many as the shape says, allocated fallibly.)
+        let each = (0..spec.batch).map(|bi| {
+            Problem::new(
+                m,
+                n,
+                k,
+                mat(a, &spec.a, bi),
+                mat(b, &spec.b, bi),
+                cptr.wrapping_add(bi * m * n),
+                n,
+            )
+        });
+        try_collect(spec.batch, each)?
     };
     let mut problems = problems;
     if let Some(pk) = packed {
@@ -486,7 +487,7 @@ pub fn matmul_prepacked(
     // SAFETY: `validate` checked that every element of A and B the problems read is inside
     // `a` and `b`, and C (`batch * m * n`, the problems' disjoint row blocks) is `c`, borrowed
     // mutably for the whole call and distinct from `a` and `b`.
-    unsafe { sgemm::gemm(&problems, &finish) };
+    unsafe { sgemm::try_gemm(&problems, &finish) }
 }
 
 /// `seg[j] += beta * bias[bi, i, j0 + j]` for one row segment of C.

@@ -10,6 +10,7 @@
 //! (rayon) of at least 64 Ki elements where there are enough, and every result is computed in
 //! the same order whatever the split, so results do not depend on the thread count.
 
+use super::memory::{try_vec, KernelError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -200,17 +201,16 @@ pub fn arg_reduce(
     x: &[f32],
     idx: &mut [i64],
     values: Option<&mut [f32]>,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     spec.validate(x.len(), idx.len(), values.as_deref().map(<[f32]>::len))?;
     if idx.is_empty() {
         return Ok(());
     }
     if spec.max {
-        arg_run::<true>(spec, x, idx, values);
+        arg_run::<true>(spec, x, idx, values)
     } else {
-        arg_run::<false>(spec, x, idx, values);
+        arg_run::<false>(spec, x, idx, values)
     }
-    Ok(())
 }
 
 /// [`arg_reduce`] on validated, non-empty buffers.
@@ -219,19 +219,17 @@ fn arg_run<const MAX: bool>(
     x: &[f32],
     idx: &mut [i64],
     mut values: Option<&mut [f32]>,
-) {
+) -> Result<(), KernelError> {
     let (len, inner) = (spec.len, spec.inner);
     if inner == 1 && len > SPLIT_ROW {
         // Long rows: pieces of every row in parallel, then each row's pieces in order.
         let pieces = len.div_ceil(JOB_ELEMS);
-        let parts: Vec<Best> = (0..spec.outer * pieces)
-            .into_par_iter()
-            .map(|j| {
-                let (o, k0) = (j / pieces, j % pieces * JOB_ELEMS);
-                let (k, v) = run_best::<MAX>(&x[o * len + k0..o * len + len.min(k0 + JOB_ELEMS)]);
-                (k0 + k, v)
-            })
-            .collect();
+        let mut parts: Vec<Best> = try_vec(spec.outer * pieces, (0, 0f32))?;
+        parts.par_iter_mut().enumerate().for_each(|(j, part)| {
+            let (o, k0) = (j / pieces, j % pieces * JOB_ELEMS);
+            let (k, v) = run_best::<MAX>(&x[o * len + k0..o * len + len.min(k0 + JOB_ELEMS)]);
+            *part = (k0 + k, v);
+        });
         for (o, p) in parts.chunks_exact(pieces).enumerate() {
             let (k, v) = p[1..].iter().fold(p[0], |a, &b| combine::<MAX>(a, b));
             idx[o] = k as i64;
@@ -239,7 +237,7 @@ fn arg_run<const MAX: bool>(
                 vs[o] = v;
             }
         }
-        return;
+        return Ok(());
     }
     // Jobs of consecutive results: whole rows (`inner == 1`) or strips of columns of rows.
     let per = (JOB_ELEMS / len)
@@ -247,8 +245,11 @@ fn arg_run<const MAX: bool>(
         .next_multiple_of(inner.min(STRIP_COLS));
     let job = |s: usize, ix: &mut [i64], mut vs: Option<&mut [f32]>| {
         let wide = ix.len().min(inner);
-        let (mut bv, mut bi, mut best) =
-            (vec![0f32; wide], vec![0u32; wide], vec![(0, 0f32); wide]);
+        let (mut bv, mut bi, mut best) = (
+            try_vec(wide, 0f32)?,
+            try_vec(wide, 0u32)?,
+            try_vec(wide, (0, 0f32))?,
+        );
         let mut q = 0;
         while q < ix.len() {
             let (o, n) = ((s + q) / inner, (s + q) % inner);
@@ -273,6 +274,7 @@ fn arg_run<const MAX: bool>(
             }
             q += w;
         }
+        Ok::<_, KernelError>(())
     };
     if idx.len() <= per {
         return job(0, idx, values);
@@ -282,11 +284,11 @@ fn arg_run<const MAX: bool>(
             .par_chunks_mut(per)
             .zip(vs.par_chunks_mut(per))
             .enumerate()
-            .for_each(|(j, (ix, vs))| job(j * per, ix, Some(vs))),
+            .try_for_each(|(j, (ix, vs))| job(j * per, ix, Some(vs))),
         None => idx
             .par_chunks_mut(per)
             .enumerate()
-            .for_each(|(j, ix)| job(j * per, ix, None)),
+            .try_for_each(|(j, ix)| job(j * per, ix, None)),
     }
 }
 
@@ -342,7 +344,7 @@ fn scan<T, A>(
     zero: A,
     add: impl Fn(A, T) -> A + Sync,
     emit: impl Fn(A) -> T + Sync,
-) -> Result<(), String>
+) -> Result<(), KernelError>
 where
     T: Copy + Send + Sync,
     A: Copy + Send + Sync,
@@ -357,7 +359,7 @@ where
         // Jobs of whole `[len, inner]` blocks.
         let per = (JOB_ELEMS / block).max(1);
         let blocks = |o0: usize, dst: &mut [T]| {
-            let mut acc = vec![zero; inner];
+            let mut acc = try_vec(inner, zero)?;
             for (q, d) in dst.chunks_exact_mut(block).enumerate() {
                 let src = &x[(o0 + q) * block..][..block];
                 if inner == 1 {
@@ -373,18 +375,18 @@ where
                     }
                 }
             }
+            Ok::<_, KernelError>(())
         };
-        super::par_jobs(out, per * block, |s, d| blocks(s / block, d));
-        return Ok(());
+        return super::try_par_jobs(out, per * block, |s, d| blocks(s / block, d));
     }
     // Large, wide blocks: jobs of a strip of columns of one block, all its rows.
     let cols = (JOB_ELEMS / len).max(STRIP_COLS).min(inner);
     let strips = inner.div_ceil(cols);
     let dst = super::SendPtr(out.as_mut_ptr());
-    (0..spec.outer * strips).into_par_iter().for_each(|j| {
+    (0..spec.outer * strips).into_par_iter().try_for_each(|j| {
         let (o, n0) = (j / strips, j % strips * cols);
         let w = cols.min(inner - n0);
-        let mut acc = vec![zero; w];
+        let mut acc = try_vec(w, zero)?;
         for k in 0..len {
             let at = (o * len + k) * inner + n0;
             // SAFETY: `at..at + w` lies inside `out` (validated: `at + w <= outer * len *
@@ -392,19 +394,19 @@ where
             let d = unsafe { std::slice::from_raw_parts_mut(dst.get().add(at), w) };
             scan_row(&mut acc, &x[at..at + w], d, &add, &emit);
         }
-    });
-    Ok(())
+        Ok(())
+    })
 }
 
 /// `cumsum` of `f32`: each prefix sum accumulated in `f64` from `0.0`, in order, and rounded
 /// to `f32`. `Err` (nothing written) if the buffers do not fit the spec.
-pub fn cumsum_f32(spec: &ScanSpec, x: &[f32], out: &mut [f32]) -> Result<(), String> {
+pub fn cumsum_f32(spec: &ScanSpec, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     scan(spec, x, out, 0f64, |a, v| a + v as f64, |a| a as f32)
 }
 
 /// `cumsum` of `i64`, wrapping on overflow. `Err` (nothing written) if the buffers do not fit
 /// the spec.
-pub fn cumsum_i64(spec: &ScanSpec, x: &[i64], out: &mut [i64]) -> Result<(), String> {
+pub fn cumsum_i64(spec: &ScanSpec, x: &[i64], out: &mut [i64]) -> Result<(), KernelError> {
     scan(spec, x, out, 0i64, i64::wrapping_add, |a| a)
 }
 
@@ -764,11 +766,11 @@ mod tests {
         assert!(arg_reduce(&spec, &x[..23], &mut idx, Some(&mut val)).is_err());
         assert!(arg_reduce(&spec, &x, &mut idx[..7], Some(&mut val)).is_err());
         let e = arg_reduce(&spec, &x, &mut idx, Some(&mut val[..7])).unwrap_err();
-        assert!(e.contains("values have 7"), "{e}");
+        assert!(e.to_string().contains("values have 7"), "{e}");
         assert_eq!((idx.clone(), val.clone()), (vec![-1; 8], vec![9.0; 8]));
         let empty = ArgSpec { len: 0, ..spec };
         let e = arg_reduce(&empty, &[], &mut idx, None).unwrap_err();
-        assert_eq!(e, "cannot reduce over a dimension of size zero");
+        assert_eq!(e, "cannot reduce over a dimension of size zero".into());
         assert_eq!(idx, vec![-1; 8]);
         let nothing = ArgSpec { outer: 0, ..empty };
         arg_reduce(&nothing, &[], &mut [], None).unwrap();

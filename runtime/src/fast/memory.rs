@@ -54,13 +54,143 @@ pub fn try_grow_zeroed<T: bytemuck::Zeroable + Copy>(
     if n > len {
         v.try_reserve(n - len).map_err(|e| {
             format!(
-                "cannot allocate {n} elements of {} bytes: {e:?}",
-                std::mem::size_of::<T>()
+                "cannot allocate {n} elements of {} bytes: {}",
+                std::mem::size_of::<T>(),
+                reserve_error(e)
             )
         })?;
     }
     grow_zeroed(v, n);
     Ok(())
+}
+
+/// Why a kernel failed: a problem with its operands, or an allocation of its scratch memory
+/// that failed (near the process's memory limit: `RuntimeError::OutOfMemory` naming the step,
+/// a Python `MemoryError`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum KernelError {
+    /// The operands or results do not fit the kernel.
+    Msg(String),
+    /// An allocation failed: what was asked for.
+    OutOfMemory(String),
+}
+
+impl From<String> for KernelError {
+    fn from(m: String) -> Self {
+        KernelError::Msg(m)
+    }
+}
+
+impl std::fmt::Display for KernelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelError::Msg(m) => f.write_str(m),
+            KernelError::OutOfMemory(m) => write!(f, "out of memory: {m}"),
+        }
+    }
+}
+
+impl From<&str> for KernelError {
+    fn from(m: &str) -> Self {
+        KernelError::Msg(m.into())
+    }
+}
+
+/// The error of a failed scratch allocation of `n` elements of `T`.
+fn alloc_error<T>(n: usize, e: impl std::fmt::Display) -> KernelError {
+    KernelError::OutOfMemory(format!(
+        "scratch of {n} elements of {} bytes: {e}",
+        std::mem::size_of::<T>()
+    ))
+}
+
+/// `n` copies of `x` in a new vector, allocated fallibly: every allocation of a call sized by
+/// the program's shapes (kernel scratch, per-worker buffers, the fallback interpreter's
+/// tensors) goes through this or [`try_resize`], so that running out of memory is an error,
+/// not an abort.
+pub fn try_vec<T: Clone>(n: usize, x: T) -> Result<Vec<T>, KernelError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| alloc_error::<T>(n, e))?;
+    v.resize(n, x);
+    Ok(v)
+}
+
+/// A vector of the items of `it`, allocated fallibly for `n` of them (see [`try_vec`]).
+pub fn try_collect<T>(n: usize, it: impl IntoIterator<Item = T>) -> Result<Vec<T>, KernelError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| alloc_error::<T>(n, e))?;
+    v.extend(it);
+    Ok(v)
+}
+
+/// Storage that [`try_resize`] can lengthen fallibly.
+pub trait Growable<T> {
+    /// Makes room for `extra` more elements, or fails.
+    fn try_reserve_more(&mut self, extra: usize) -> Result<(), String>;
+    /// Sets the length to `n` (room for it was made), new elements `x`.
+    fn set_len_to(&mut self, n: usize, x: T);
+    /// The length.
+    fn length(&self) -> usize;
+}
+
+impl<T: Clone> Growable<T> for Vec<T> {
+    fn try_reserve_more(&mut self, extra: usize) -> Result<(), String> {
+        self.try_reserve(extra).map_err(|e| e.to_string())
+    }
+    fn set_len_to(&mut self, n: usize, x: T) {
+        self.resize(n, x);
+    }
+    fn length(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<T: Clone> Growable<T> for LineVec<T> {
+    fn try_reserve_more(&mut self, extra: usize) -> Result<(), String> {
+        self.try_reserve(extra).map_err(|e| reserve_error(e).into())
+    }
+    fn set_len_to(&mut self, n: usize, x: T) {
+        self.resize(n, x);
+    }
+    fn length(&self) -> usize {
+        self.len()
+    }
+}
+
+/// `v.resize(n, x)` (shorter: cut), allocating fallibly (see [`try_vec`]).
+pub fn try_resize<T, V: Growable<T>>(v: &mut V, n: usize, x: T) -> Result<(), KernelError> {
+    let len = v.length();
+    if n > len {
+        v.try_reserve_more(n - len)
+            .map_err(|e| alloc_error::<T>(n, e))?;
+    }
+    v.set_len_to(n, x);
+    Ok(())
+}
+
+/// The first `len` elements of `v`, grown with zeros as needed, allocating fallibly: a
+/// 64-byte aligned scratch block (see [`try_vec`]).
+pub fn try_aligned<T: bytemuck::Zeroable + Copy>(
+    v: &mut LineVec<T>,
+    len: usize,
+) -> Result<&mut [T], KernelError> {
+    let have = v.len();
+    if len > have {
+        v.try_reserve(len - have)
+            .map_err(|e| alloc_error::<T>(len, reserve_error(e)))?;
+    }
+    grow_zeroed(v, len);
+    Ok(&mut v[..len])
+}
+
+/// What a failed [`LineVec`] reservation means, in words.
+fn reserve_error(e: aligned_vec::TryReserveError) -> &'static str {
+    match e {
+        aligned_vec::TryReserveError::CapacityOverflow => "capacity overflow",
+        aligned_vec::TryReserveError::AllocError { .. } => {
+            "memory allocation failed because the memory allocator returned an error"
+        }
+    }
 }
 
 /// Element kinds the arena holds.

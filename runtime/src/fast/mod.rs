@@ -84,6 +84,22 @@ impl<T> SendPtr<T> {
     }
 }
 
+/// [`par_jobs`] of jobs that can fail: the first error (by job order where several fail).
+pub(crate) fn try_par_jobs<T: Send, E: Send>(
+    out: &mut [T],
+    size: usize,
+    f: impl Fn(usize, &mut [T]) -> Result<(), E> + Sync,
+) -> Result<(), E> {
+    use rayon::prelude::*;
+    if out.len() <= size {
+        f(0, out)
+    } else {
+        out.par_chunks_mut(size)
+            .enumerate()
+            .try_for_each(|(j, c)| f(j * size, c))
+    }
+}
+
 /// `f(start, chunk)` over `out` cut into chunks of `size` elements (`start` the index of the
 /// chunk's first element): on this thread where one chunk holds all of `out`, else as parallel
 /// jobs (the copying kernels' split of their output).

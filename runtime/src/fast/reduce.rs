@@ -18,7 +18,7 @@
 //! spread of its `f64` mean).
 
 use super::expr::{run_elementwise, Expr, LeafSrc, STREAM_ELEMS};
-use super::memory::LineVec;
+use super::memory::{try_resize, try_vec, Growable, KernelError, LineVec};
 use super::simd::{warm_page, ScaleNt, Spread};
 use super::vmath::{exp_sub_sum, normalize, normalize_max, row_dev_sums, row_moments, tree};
 use super::{Dst, Src};
@@ -469,7 +469,11 @@ type WeightBias<'a> = (Option<&'a [f32]>, Option<&'a [f32]>);
 
 /// Runs the kernel: `dsts[j]` receives output `j` of the last stage (full size, row-major).
 /// Validates first.
-pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> Result<(), String> {
+pub fn run_row_reduce(
+    k: &RowReduce,
+    srcs: &[Src<'_>],
+    dsts: &mut [Dst<'_>],
+) -> Result<(), KernelError> {
     k.validate(srcs)?;
     let last = k.last().ok_or("a row reduction has at least one stage")?;
     if dsts.len() != last.outputs.len() {
@@ -477,7 +481,8 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
             "the kernel has {} outputs, {} buffers were given",
             last.outputs.len(),
             dsts.len()
-        ));
+        )
+        .into());
     }
     for (j, d) in dsts.iter().enumerate() {
         let want = k.out_len(j);
@@ -497,13 +502,14 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
             };
             return Err(format!(
                 "output {j}: the buffer has {len} elements of the wrong type or count (expected {want} {ty})"
-            ));
+            )
+            .into());
         }
     }
-    let eval_vec = |e: &Expr| {
-        let mut v = vec![0f32; e.numel()];
+    let eval_vec = |e: &Expr| -> Result<Vec<f32>, KernelError> {
+        let mut v = try_vec(e.numel(), 0f32)?;
         run_elementwise(e, srcs, &mut [&mut v]);
-        v
+        Ok(v)
     };
     // Each stage's weight and bias: an operand's contiguous run (a layer norm's weight, say)
     // read in place, anything else evaluated once per run.
@@ -514,21 +520,21 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
                 Some(Src::F32(v)) => v.get(off..off.checked_add(e.numel())?),
                 _ => None,
             });
-        match run {
+        Ok::<_, KernelError>(match run {
             Some(v) => Cow::Borrowed(v),
-            None => Cow::Owned(eval_vec(e)),
-        }
+            None => Cow::Owned(eval_vec(e)?),
+        })
     };
     let affine: SmallVec<[Affine<'_>; 2]> = k
         .stages
         .iter()
         .map(|st| {
-            [
-                st.weight.as_ref().map(in_place_or_eval),
-                st.bias.as_ref().map(in_place_or_eval),
-            ]
+            Ok([
+                st.weight.as_ref().map(in_place_or_eval).transpose()?,
+                st.bias.as_ref().map(in_place_or_eval).transpose()?,
+            ])
         })
-        .collect();
+        .collect::<Result<_, KernelError>>()?;
     let wb: SmallVec<[WeightBias<'_>; 2]> = affine
         .iter()
         .map(|[w, b]| (w.as_deref(), b.as_deref()))
@@ -539,7 +545,7 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
             match &mut dsts[j] {
                 Dst::F32(b) => run_elementwise(expr, srcs, &mut [b]),
                 Dst::Bool(b) => {
-                    let v = eval_vec(expr);
+                    let v = eval_vec(expr)?;
                     for (o, x) in b.iter_mut().zip(v) {
                         *o = x != 0.0;
                     }
@@ -592,15 +598,15 @@ pub fn run_row_reduce(k: &RowReduce, srcs: &[Src<'_>], dsts: &mut [Dst<'_>]) -> 
         .into_iter()
         .map(|p| p.unwrap_or(0))
         .collect();
+    // A block whose scratch cannot be allocated fails the kernel (the others may run on).
     per_block
         .into_par_iter()
         .enumerate()
-        .for_each(|(c, mut outs)| {
+        .try_for_each(|(c, mut outs)| {
             let r0 = c * br;
             let r1 = (r0 + br).min(k.rows);
-            run_block(k, srcs, &wb, &carried_per, (r0, r1, stream), &mut outs);
-        });
-    Ok(())
+            run_block(k, srcs, &wb, &carried_per, (r0, r1, stream), &mut outs)
+        })
 }
 
 super::simd::multiversion! {
@@ -612,7 +618,7 @@ super::simd::multiversion! {
         carried_per: &[usize],
         rows: (usize, usize, bool),
         outs: &mut [Option<Chunk<'_>>],
-    ) => run_block_body
+    ) -> Result<(), KernelError> => run_block_body
 }
 
 /// Rows of a buffer: the elements and the elements per row.
@@ -654,7 +660,7 @@ fn run_block_body(
     carried_per: &[usize],
     (r0, r1, stream): (usize, usize, bool),
     outs: &mut [Option<Chunk<'_>>],
-) {
+) -> Result<(), KernelError> {
     let (nb, ns) = (r1 - r0, srcs.len());
     // With `stream`: the first stage's input rows of the next block, when they are an
     // operand read in place; the last stage prefetches them (see `reduce_rows`).
@@ -667,11 +673,12 @@ fn run_block_body(
         let s1 = off.checked_add((r1 + nb).checked_mul(st.len)?)?;
         Some((v.get(s0..s1.min(v.len()))?, st.len))
     });
+    // (The thread's scratch is put back for the next block unless an allocation failed.)
     let mut scratch = ROWS.with(|c| std::mem::take(&mut *c.borrow_mut()));
-    if stream && ln_softmax_rows(k, srcs, wb[0], (r0, r1), outs, &mut scratch) {
+    if stream && ln_softmax_rows(k, srcs, wb[0], (r0, r1), outs, &mut scratch)? {
         super::simd::stream_fence();
         ROWS.with(|c| *c.borrow_mut() = scratch);
-        return;
+        return Ok(());
     }
     let last = k.stages.len() - 1;
     // Scratch outputs of the stages so far.
@@ -723,6 +730,7 @@ fn run_block_body(
             && k.stages.get(s + 1).is_some_and(|n| n.op.is_softmax());
         let maxima = if find_max {
             maxes.clear();
+            try_room(maxes, nb)?;
             (None, Some(&mut *maxes))
         } else {
             let known = max_of.is_some() && from_carried == max_of;
@@ -731,7 +739,7 @@ fn run_block_body(
         let xin: &[f32] = match direct {
             Some(v) => v,
             None => {
-                x.resize(nb * len, 0.0);
+                try_resize(x, nb * len, 0.0)?;
                 let out = &mut [&mut x[..nb * len]];
                 if !reads_scratch(&st.prologue, ns) {
                     st.prologue.eval_range(srcs, r0 * len, r1 * len, out);
@@ -759,14 +767,24 @@ fn run_block_body(
         let res0: &mut [f32] = match &mut taken {
             Some(Chunk::F(d)) => d,
             _ => {
-                sr0.resize(nb * per0, 0.0);
+                try_resize(sr0, nb * per0, 0.0)?;
                 &mut sr0[..nb * per0]
             }
         };
+        // Results 1 and 2 (layer norm's mean and rstd) are pushed, one per row.
         sr1.clear();
         sr2.clear();
+        if matches!(st.op, ReduceOp::LayerNorm { .. }) {
+            try_room(sr1, nb)?;
+            try_room(sr2, nb)?;
+        }
         // Only rows computed straight into the (last stage's) output are streamed.
         let streamed = stream && to_output;
+        if streamed {
+            for b in rows.iter_mut() {
+                try_resize(b, len, 0.0)?;
+            }
+        }
         reduce_rows(
             st,
             nb,
@@ -815,7 +833,7 @@ fn run_block_body(
                         match chunk {
                             Chunk::F(d) => expr.eval_range_shifted(&ext, &shift, s, e, &mut [d]),
                             Chunk::B(d) => {
-                                let mut t = vec![0f32; e - s];
+                                let mut t = try_vec(e - s, 0f32)?;
                                 expr.eval_range_shifted(&ext, &shift, s, e, &mut [&mut t]);
                                 for (o, x) in d.iter_mut().zip(t) {
                                     *o = x != 0.0;
@@ -838,7 +856,7 @@ fn run_block_body(
             for (o, buf) in st.outputs.iter().zip(after.iter_mut()) {
                 if let RowOut::Rows { expr } = o {
                     let per = expr.numel() / k.rows;
-                    buf.resize(nb * per, 0.0);
+                    try_resize(buf, nb * per, 0.0)?;
                     expr.eval_range_shifted(&ext, &shift, r0 * per, r1 * per, &mut [buf]);
                 }
             }
@@ -851,8 +869,8 @@ fn run_block_body(
                 let r = r as usize;
                 if let Some(first) = moved[r] {
                     let (a, b) = after.split_at_mut(j);
-                    b[0].clear();
-                    b[0].extend_from_slice(&a[first]);
+                    try_resize(&mut b[0], a[first].len(), 0.0)?;
+                    b[0].copy_from_slice(&a[first]);
                 } else {
                     let res = match r {
                         0 => &mut *sr0,
@@ -873,6 +891,14 @@ fn run_block_body(
         super::simd::stream_fence();
     }
     ROWS.with(|c| *c.borrow_mut() = scratch);
+    Ok(())
+}
+
+/// Makes room in `v` for `n` elements (it is empty), allocating fallibly: what
+/// [`reduce_rows`] then pushes does not allocate.
+fn try_room<V: Growable<f32>>(v: &mut V, n: usize) -> Result<(), KernelError> {
+    try_resize(v, n, 0.0)?;
+    try_resize(v, 0, 0.0)
 }
 
 /// Computes a stage's results over the rows `x` (`len` each): result 0 into `res0` (one value
@@ -1126,12 +1152,12 @@ fn ln_softmax_rows(
     (r0, r1): (usize, usize),
     outs: &mut [Option<Chunk<'_>>],
     scratch: &mut RowScratch,
-) -> bool {
+) -> Result<bool, KernelError> {
     let [ln, sm] = &k.stages[..] else {
-        return false;
+        return Ok(false);
     };
     let ReduceOp::LayerNorm { eps } = ln.op else {
-        return false;
+        return Ok(false);
     };
     let len = ln.len;
     let only_rows = |st: &RowStage| st.outputs[..] == [RowOut::Result(0)];
@@ -1141,27 +1167,30 @@ fn ln_softmax_rows(
         .as_contiguous_load()
         .is_some_and(|(s, o)| s as usize == srcs.len() + OWN && o == 0);
     if !sm.op.is_softmax() || sm.len != len || !only_rows(ln) || !only_rows(sm) || !chained {
-        return false;
+        return Ok(false);
     }
     // The layer norm's input: an operand read in place.
     let Some((slot, off)) = ln.prologue.as_contiguous_load() else {
-        return false;
+        return Ok(false);
     };
     let Some(Src::F32(v)) = srcs.get(slot as usize) else {
-        return false;
+        return Ok(false);
     };
     let nb = r1 - r0;
     let Some(xin) = v.get(off + r0 * len..off + r1 * len) else {
-        return false;
+        return Ok(false);
     };
     let [Some(Chunk::F(out))] = outs else {
-        return false;
+        return Ok(false);
     };
     if out.len() != nb * len {
-        return false;
+        return Ok(false);
     }
     let RowScratch { x: row, rows, .. } = scratch;
-    row.resize(len, 0.0);
+    try_resize(row, len, 0.0)?;
+    for b in rows.iter_mut() {
+        try_resize(b, len, 0.0)?;
+    }
     let mut stream = Stream::new(rows, len);
     // (The next row's lines are `pre`'s, given to the softmax's exp loop.)
     let mut ahead = Spread::NONE;
@@ -1186,7 +1215,7 @@ fn ln_softmax_rows(
         );
     }
     stream.finish(out);
-    true
+    Ok(true)
 }
 
 /// How many rows ahead a streamed softmax warms the pages of its output (see

@@ -15,7 +15,7 @@
 //! tile of `C` is handed to the caller's `finish` callback while it is still in cache (bias,
 //! fused epilogue).
 
-use super::memory::{grow_zeroed, line_zeros, LineVec};
+use super::memory::{grow_zeroed, line_zeros, try_aligned, KernelError, LineVec};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
@@ -318,15 +318,18 @@ unsafe fn a_block<'s>(
     p0: usize,
     kc: usize,
     mr: usize,
-) -> &'s [f32] {
+) -> Result<&'s [f32], KernelError> {
     let len = mc.div_ceil(mr) * mr * kc;
     if !p.packed_a.is_null() {
         let mp = p.m.next_multiple_of(mr);
-        return std::slice::from_raw_parts(p.packed_a.add(p0 * mp + r0 * kc), len);
+        return Ok(std::slice::from_raw_parts(
+            p.packed_a.add(p0 * mp + r0 * kc),
+            len,
+        ));
     }
-    let pa = aligned(buf, len);
+    let pa = try_aligned(buf, len)?;
     pack_a(&p.a, r0, mc, p0, kc, mr, pa);
-    pa
+    Ok(pa)
 }
 
 // SAFETY: the callers of `gemm` guarantee that the problems' `C` regions are disjoint and that
@@ -1364,15 +1367,33 @@ unsafe fn block(
 /// A finished tile of problem `index`: rows and columns of its `C`.
 pub type Finish<'a> = dyn Fn(usize, Range<usize>, Range<usize>) + Sync + 'a;
 
+/// [`try_gemm`] for callers that cannot report a failed allocation of packing buffers: the
+/// process aborts then, as the allocator does.
+///
+/// # Safety
+/// As for [`try_gemm`].
+pub unsafe fn gemm(problems: &[Problem], finish: &Finish<'_>) {
+    if let Err(e) = try_gemm(problems, finish) {
+        abort_on(e)
+    }
+}
+
+/// Ends the process for an allocation failure that its caller cannot report (see [`gemm`]).
+fn abort_on(e: KernelError) -> ! {
+    eprintln!("{e}");
+    std::process::abort()
+}
+
 /// Computes every problem on the current rayon pool; after the last panel of `k` of each tile
 /// of `C`, calls `finish(problem, rows, cols)` from the worker that computed it (a `k == 0`
-/// product is zero-filled first).
+/// product is zero-filled first). An allocation of packing buffers that fails is
+/// [`KernelError::OutOfMemory`]; `C` is then partly written.
 ///
 /// # Safety
 /// Every `A` and `B` element of every problem must be readable, every `C` region (`m` rows of
 /// `n` elements at row stride `ldc`) writable, the `C` regions disjoint from each other and from
 /// every `A` and `B`, and nothing else may access them during the call.
-pub unsafe fn gemm(problems: &[Problem], finish: &Finish<'_>) {
+pub unsafe fn try_gemm(problems: &[Problem], finish: &Finish<'_>) -> Result<(), KernelError> {
     let arch = arch_for(problems.first().map_or(0, |p| p.m));
     let threads = rayon::current_num_threads().max(1);
     let flops: f64 = problems
@@ -1383,23 +1404,23 @@ pub unsafe fn gemm(problems: &[Problem], finish: &Finish<'_>) {
         // Less work than waking another thread costs: all of it here, in order.
         for (i, p) in problems.iter().enumerate() {
             if p.m > 0 && p.n > 0 {
-                rows_serial(&arch, p, 0, p.m);
+                rows_serial(&arch, p, 0, p.m)?;
                 finish(i, 0..p.m, 0..p.n);
             }
         }
-        return;
+        return Ok(());
     }
     if problems.iter().all(|p| !p.packed_b.is_null()) {
-        prepacked(&arch, problems, threads, finish);
-        return;
+        return prepacked(&arch, problems, threads, finish);
     }
     let big = |p: &Problem| 2.0 * p.m as f64 * p.n as f64 * p.k as f64 > 64e6;
     if problems.len() < 2 * threads && problems.iter().any(big) {
         for (i, p) in problems.iter().enumerate() {
-            shared(&arch, i, p, threads, finish);
+            shared(&arch, i, p, threads, finish)?;
         }
+        Ok(())
     } else {
-        private(&arch, problems, threads, finish);
+        private(&arch, problems, threads, finish)
     }
 }
 
@@ -1410,7 +1431,12 @@ pub const SERIAL_FLOPS: f64 = 1e6;
 
 /// Products whose `B` was packed ahead of time: one task per tile of `C`, each looping over
 /// `k` with its own packed block of `A`, the tile of `C` staying in L2 between blocks.
-unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &Finish<'_>) {
+unsafe fn prepacked(
+    arch: &Arch,
+    problems: &[Problem],
+    threads: usize,
+    finish: &Finish<'_>,
+) -> Result<(), KernelError> {
     let (mr, nr) = (arch.mr, arch.nr);
     let want = 4 * threads;
     let mut tasks: Vec<(usize, usize, usize, usize, usize)> = vec![];
@@ -1450,14 +1476,14 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
         let worth = p.n > 16 * nr || size >= SHARED_A_MIN && split();
         if p.packed_a.is_null() && worth && p.k > 0 && size <= SHARED_A_MAX {
             let mut buf = take_shared(size);
-            let dst = aligned(&mut buf, size);
+            let dst = try_aligned(&mut buf, size)?;
             pack_a_parallel(p, mr, dst);
             p.packed_a = dst.as_ptr();
             shared_a.push(buf);
         }
     }
     let problems = &problems[..];
-    tasks.par_iter().for_each(|&(i, r0, mc, c0, nc)| {
+    let run = tasks.par_iter().try_for_each(|&(i, r0, mc, c0, nc)| {
         let p = &problems[i];
         // Where this task is the only one to read its columns of the weight (one block of
         // rows), the weight streams from memory: each micro-panel of it meets every
@@ -1476,7 +1502,7 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
             let kb = kc_for(p.k);
             for p0 in (0..p.k).step_by(kb) {
                 let kc = kb.min(p.k - p0);
-                let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
+                let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr)?;
                 let pb = prepacked_block(p, nr, (p0, kc), (c0, nc));
                 let next = if p0 + kc < p.k {
                     prepacked_block(p, nr, (p0 + kc, kb.min(p.k - p0 - kc)), (c0, nc))
@@ -1485,14 +1511,17 @@ unsafe fn prepacked(arch: &Arch, problems: &[Problem], threads: usize, finish: &
                 };
                 block(arch, p, pa, pb, (r0, mc), (c0, nc), (p0, kc), b_outer, next);
             }
-        });
+            Ok::<_, KernelError>(())
+        })?;
         finish(i, r0..r0 + mc, c0..c0 + nc);
+        Ok(())
     });
     let mut kept = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     kept.extend(shared_a);
     // The oldest beyond the bound are dropped.
     let extra = kept.len().saturating_sub(SHARED_KEPT);
     kept.drain(..extra);
+    run
 }
 
 /// Buffers of [`prepacked`]'s shared packed `A`, kept for the next products: a fresh buffer of
@@ -1600,14 +1629,20 @@ unsafe fn pack_a_parallel(p: &Problem, mr: usize, dst: &mut [f32]) {
 }
 
 /// One product whose packed `B` panels are shared by all threads.
-unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish: &Finish<'_>) {
+unsafe fn shared(
+    arch: &Arch,
+    index: usize,
+    p: &Problem,
+    threads: usize,
+    finish: &Finish<'_>,
+) -> Result<(), KernelError> {
     let (m, n, k) = (p.m, p.n, p.k);
     if m == 0 || n == 0 {
-        return;
+        return Ok(());
     }
     if k == 0 {
         zero_and_finish(p, index, finish);
-        return;
+        return Ok(());
     }
     let (mr, nr) = (arch.mr, arch.nr);
     // Tiles of C per panel: rows in multiples of mr, columns in multiples of nr, at least
@@ -1615,7 +1650,7 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
     let nc_max = NC.min(n.next_multiple_of(nr));
     let kb = kc_for(k);
     let mut packed_b = LineVec::new(64);
-    let pb_all = aligned(&mut packed_b, kb * nc_max);
+    let pb_all = try_aligned(&mut packed_b, kb * nc_max)?;
     for c0 in (0..n).step_by(nc_max) {
         let nc = nc_max.min(n - c0);
         let tn = nc.div_ceil(nr);
@@ -1641,12 +1676,12 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
                     pack_b_panel(bref, p0, kc, c0 + q * nr, nr.min(nc - q * nr), nr, panel)
                 });
             let pb: &[f32] = pb;
-            tiles.par_iter().for_each(|&(r0, cc)| {
+            tiles.par_iter().try_for_each(|&(r0, cc)| {
                 let mc = rows_per.min(m - r0);
                 let ncs = cols_per.min(nc - cc);
                 SCRATCH.with(|s| {
                     let mut s = s.borrow_mut();
-                    let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
+                    let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr)?;
                     let pbs = &pb[(cc / nr) * nr * kc..];
                     block(
                         arch,
@@ -1659,17 +1694,25 @@ unsafe fn shared(arch: &Arch, index: usize, p: &Problem, threads: usize, finish:
                         false,
                         &[],
                     );
-                });
+                    Ok::<_, KernelError>(())
+                })?;
                 if last {
                     finish(index, r0..r0 + mc, c0 + cc..c0 + cc + ncs);
                 }
-            });
+                Ok::<_, KernelError>(())
+            })?;
         }
     }
+    Ok(())
 }
 
 /// Many products: one task per product (or per row block of one), each packing privately.
-unsafe fn private(arch: &Arch, problems: &[Problem], threads: usize, finish: &Finish<'_>) {
+unsafe fn private(
+    arch: &Arch,
+    problems: &[Problem],
+    threads: usize,
+    finish: &Finish<'_>,
+) -> Result<(), KernelError> {
     let mr = arch.mr;
     // Row blocks: split a product's rows until there are about 4 tasks per thread.
     let want = 4 * threads;
@@ -1687,23 +1730,24 @@ unsafe fn private(arch: &Arch, problems: &[Problem], threads: usize, finish: &Fi
             tasks.push((i, r0, rows.min(p.m - r0)));
         }
     }
-    tasks.par_iter().for_each(|&(i, r0, mc)| {
+    tasks.par_iter().try_for_each(|&(i, r0, mc)| {
         let p = &problems[i];
-        rows_serial(arch, p, r0, mc);
+        rows_serial(arch, p, r0, mc)?;
         finish(i, r0..r0 + mc, 0..p.n);
-    });
+        Ok(())
+    })
 }
 
 /// Rows `r0..r0+mc` of a product, all columns, on the calling thread with its own packing
 /// buffers (a `k == 0` product is zero-filled).
-unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
+unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) -> Result<(), KernelError> {
     let (mr, nr) = (arch.mr, arch.nr);
     let (n, k) = (p.n, p.k);
     if k == 0 {
         for r in r0..r0 + mc {
             std::slice::from_raw_parts_mut(p.c.add(r * p.ldc), n).fill(0.0);
         }
-        return;
+        return Ok(());
     }
     // Column blocks keep the packed B block near L2.
     let kb = kc_for(k);
@@ -1718,28 +1762,40 @@ unsafe fn rows_serial(arch: &Arch, p: &Problem, r0: usize, mc: usize) {
             for p0 in (0..k).step_by(kb) {
                 let kc = kb.min(k - p0);
                 let pb: &[f32] = if p.packed_b.is_null() {
-                    let pb = aligned(&mut s.b, nc.div_ceil(nr) * nr * kc);
+                    let pb = try_aligned(&mut s.b, nc.div_ceil(nr) * nr * kc)?;
                     pack_b(&p.b, p0, kc, c0, nc, nr, pb);
                     pb
                 } else {
                     prepacked_block(p, nr, (p0, kc), (c0, nc))
                 };
-                let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr);
+                let pa = a_block(p, &mut s.a, r0, mc, p0, kc, mr)?;
                 block(arch, p, pa, pb, (r0, mc), (c0, nc), (p0, kc), false, &[]);
             }
         }
-    });
+        Ok(())
+    })
 }
 
 /// One product on the calling thread alone (for callers that already split their work over
-/// the pool).
+/// the pool); a failed allocation of packing buffers aborts, as in [`gemm`].
 ///
 /// # Safety
 /// As for [`gemm`].
 pub unsafe fn gemm_serial(p: &Problem) {
-    if p.m > 0 && p.n > 0 {
-        rows_serial(&arch_for(p.m), p, 0, p.m);
+    if let Err(e) = try_gemm_serial(p) {
+        abort_on(e)
     }
+}
+
+/// [`gemm_serial`] that reports a failed allocation of its packing buffers (see [`try_gemm`]).
+///
+/// # Safety
+/// As for [`gemm`].
+pub unsafe fn try_gemm_serial(p: &Problem) -> Result<(), KernelError> {
+    if p.m > 0 && p.n > 0 {
+        rows_serial(&arch_for(p.m), p, 0, p.m)?;
+    }
+    Ok(())
 }
 
 unsafe fn zero_and_finish(p: &Problem, index: usize, finish: &Finish<'_>) {

@@ -3,22 +3,23 @@
 
 /// Defines a function that runs `$body` (an `#[inline(always)]` function with the same
 /// parameters) in the best copy compiled for this CPU: AVX-512 (F/BW/DQ/VL, with FMA), AVX2
-/// with FMA, or the baseline. The copies differ only in the instructions the compiler may use;
+/// with FMA, or the baseline (an optional `-> T` after the parameters is the result type). The copies differ only in the instructions the compiler may use;
 /// the compiler never contracts `a * b + c` on its own, and the explicit `mul_add`s of
 /// [`super::math`] are exactly rounded everywhere (an instruction in the SIMD copies, the C
 /// library's `fmaf` in the baseline one), so every copy gives the same bits.
 macro_rules! multiversion {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $body:path) => {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?
+        => $body:path) => {
         $(#[$m])*
-        $vis fn $name($($arg: $ty),*) {
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-                unsafe fn avx512($($arg: $ty),*) {
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
                     $body($($arg),*)
                 }
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) {
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
                     $body($($arg),*)
                 }
                 if $crate::fast::simd::has_avx512() {
@@ -35,17 +36,17 @@ macro_rules! multiversion {
     };
     // The same with lifetime parameters.
     ($(#[$m:meta])* $vis:vis fn $name:ident<$($lt:lifetime),+>($($arg:ident: $ty:ty),* $(,)?)
-        => $body:path) => {
+        $(-> $ret:ty)? => $body:path) => {
         $(#[$m])*
-        $vis fn $name<$($lt),+>($($arg: $ty),*) {
+        $vis fn $name<$($lt),+>($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-                unsafe fn avx512<$($lt),+>($($arg: $ty),*) {
+                unsafe fn avx512<$($lt),+>($($arg: $ty),*) $(-> $ret)? {
                     $body($($arg),*)
                 }
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2<$($lt),+>($($arg: $ty),*) {
+                unsafe fn avx2<$($lt),+>($($arg: $ty),*) $(-> $ret)? {
                     $body($($arg),*)
                 }
                 if $crate::fast::simd::has_avx512() {

@@ -65,6 +65,21 @@ fn live_bytes(ts: &[Tensor]) -> u64 {
         .fold(0, u64::saturating_add)
 }
 
+/// Checks that `bytes` can be allocated now, by allocating them fallibly and freeing them: a
+/// node's operations allocate infallibly (a failure would abort the process), so before each
+/// node the interpreter makes sure that its results and a working copy of its operands fit in
+/// what the process may still allocate (its address-space limit, where the allocator returns
+/// the memory it frees, as it does for blocks this large). `Err` is
+/// [`RuntimeError::OutOfMemory`] with `what` and the size.
+fn headroom(bytes: u64, what: impl FnOnce() -> String) -> Result<(), RuntimeError> {
+    let mut probe: Vec<u8> = Vec::new();
+    let got = match usize::try_from(bytes) {
+        Ok(n) => probe.try_reserve_exact(n).map_err(|e| e.to_string()),
+        Err(_) => Err("more than the address space".into()),
+    };
+    got.map_err(|e| RuntimeError::OutOfMemory(format!("{}: {bytes} bytes: {e}", what())))
+}
+
 /// Runs `model` on `inputs` (keyed by the names of the graph's user input nodes) and returns the
 /// graph's outputs in order.
 pub fn run(
@@ -133,10 +148,13 @@ pub fn eval(
                 ..
             } => {
                 // check_inputs established that every user input is present.
-                vec![inputs
+                let t = inputs
                     .get(&node.name)
-                    .ok_or_else(|| RuntimeError::MissingInput(node.name.clone()))?
-                    .clone()]
+                    .ok_or_else(|| RuntimeError::MissingInput(node.name.clone()))?;
+                headroom(live_bytes(std::slice::from_ref(t)), || {
+                    format!("input '{}'", fxhlo_ir::quote_name(&node.name))
+                })?;
+                vec![t.clone()]
             }
             NodeKind::Input { target, .. } => vec![weight(model, node, target.as_deref())?],
             NodeKind::Unsupported { target, .. } => return Err(RuntimeError::Node {
@@ -342,6 +360,26 @@ fn exec(
         .fold(0, u64::saturating_add);
     live.add(result_bytes, || "the results".into())
         .map_err(|e| err(e.to_string()))?;
+    // The results and a working copy of the operands must fit in what can be allocated now.
+    let mut operand_bytes = 0u64;
+    for a in &node.args {
+        let vs: Vec<fxhlo_ir::ValueRef> = match a {
+            Arg::Tensor(v) => vec![*v],
+            Arg::Tensors(vs) => vs.iter().flatten().copied().collect(),
+            _ => vec![],
+        };
+        for v in vs {
+            operand_bytes =
+                operand_bytes.saturating_add(live_bytes(std::slice::from_ref(value(v)?)));
+        }
+    }
+    headroom(result_bytes.saturating_add(operand_bytes), || {
+        format!(
+            "node {index} '{}' ({}): its results and a copy of its operands",
+            fxhlo_ir::quote_name(&node.name),
+            op.aten()
+        )
+    })?;
     let cx = Ctx {
         node,
         op,
