@@ -219,6 +219,7 @@ fn attention_steps_in(
     let dst = vals.id(a.output)?;
     let launch = launch(vals, &srcs, &[dst], vec![a.spec.batch, 1]);
     steps.push(Step {
+        origin: Default::default(),
         nodes: a.nodes.iter().map(|&i| g.nodes[i].name.clone()).collect(),
         srcs,
         dsts: vec![dst],
@@ -401,6 +402,7 @@ fn elementwise_steps(
         let grid = vec![numel.div_ceil(fxhlo_runtime::fast::expr::TASK).max(1)];
         let launch = launch(vals, &srcs, &dsts, grid);
         steps.push(Step {
+            origin: Default::default(),
             nodes: members.iter().map(|&i| g.nodes[i].name.clone()).collect(),
             srcs,
             dsts,
@@ -493,6 +495,7 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
     let product = ValueRef::new(computed, 0);
     let dst = vals.id(product)?;
     steps.push(Step {
+        origin: Default::default(),
         nodes: prologue
             .iter()
             .chain([&root])
@@ -804,6 +807,7 @@ fn row_step(
     let dsts = operand_ids(g, &last.outputs, &BTreeSet::new(), vals)?;
     let launch = launch(vals, &srcs, &dsts, vec![r.rows.max(1)]);
     Ok(Step {
+        origin: Default::default(),
         nodes: ks.iter().flat_map(|k| node_names(g, k)).collect(),
         srcs,
         dsts,
@@ -932,6 +936,7 @@ fn node_step(
     let srcs = operand_ids(g, operands, &BTreeSet::from([n]), vals)?;
     let dsts = operand_ids(g, results, &BTreeSet::new(), vals)?;
     Ok(Step {
+        origin: Default::default(),
         nodes: vec![g.nodes[n].name.clone()],
         launch: launch(vals, &srcs, &dsts, vec![1]),
         srcs,
@@ -974,6 +979,7 @@ pub fn fallback_step(
         .map(|&v| BlockSpec::whole(&vals.specs[v as usize].shape))
         .collect();
     Ok(Step {
+        origin: Default::default(),
         nodes: node_names(g, k),
         srcs,
         dsts,
