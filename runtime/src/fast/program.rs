@@ -228,6 +228,10 @@ pub struct Program {
     pub outputs: Vec<ValueId>,
     /// Steps in execution order.
     pub steps: Vec<Step>,
+    /// The fusion kernels (by [`Origin::kernels`] number) of the steps that read only
+    /// constants and ran when the artifact was made (`fast::fold`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folded: Vec<u32>,
 }
 
 mod dtype_name {

@@ -5,6 +5,7 @@
 //! fxhlo.program v1
 //! inputs %0
 //! outputs %3
+//! folded [1]                            ; fusion kernels of constants only, run when compiled
 //! const %1 = "fc.weight"
 //! %0 : [2, 4] f32 "x"                      ; input 0
 //! %1 : [3, 4] f32 "p_fc_weight"            ; const
@@ -104,7 +105,7 @@ pub fn print(p: &Program) -> String {
     let _ = writeln!(o, "{MAGIC}");
     let _ = writeln!(
         o,
-        "; {} values, {} steps; arena {} buffers, {} bytes; peak {} bytes besides the inputs",
+        "; values: {}, steps: {}, arena buffers: {} ({} bytes), peak bytes besides the inputs: {}",
         p.values.len(),
         p.steps.len(),
         plan.buffers.len(),
@@ -119,9 +120,19 @@ pub fn print(p: &Program) -> String {
     };
     let _ = writeln!(o, "inputs {}", ids(&p.inputs));
     let _ = writeln!(o, "outputs {}", ids(&p.outputs));
+    if !p.folded.is_empty() {
+        let ks: Vec<String> = p.folded.iter().map(|k| k.to_string()).collect();
+        let line = format!("folded [{}]", ks.join(", "));
+        let _ = writeln!(
+            o,
+            "{line:<48} ; fusion kernels of constants only, run when compiled"
+        );
+    }
     for (v, name) in &p.constants {
         let _ = writeln!(o, "const %{v} = {}", quote(name));
     }
+    let written: std::collections::HashSet<ValueId> =
+        p.steps.iter().flat_map(|s| s.dsts.iter().copied()).collect();
     for (i, t) in p.values.iter().enumerate() {
         let decl = format!("%{i} : {} {}", t.type_string(), quote(&t.name));
         let loc = match plan.loc.get(i) {
@@ -132,6 +143,7 @@ pub fn print(p: &Program) -> String {
                 let (kind, n) = plan.buffers[*b];
                 format!("arena {b} ({n} x {kind:?})").to_lowercase()
             }
+            Some(Loc::Owned) if !written.contains(&(i as ValueId)) => "unused".into(),
             Some(Loc::Owned) => "own buffer".into(),
             Some(Loc::InEpilogue) => "in epilogue".into(),
             None => String::new(),
@@ -994,6 +1006,14 @@ pub fn parse(text: &str) -> Result<Program, ParseError> {
     let line = p.line();
     prog.outputs = p.value_list()?;
     refs.extend(prog.outputs.iter().map(|&v| (v, line)));
+    if p.is_word("folded") {
+        p.pos += 1;
+        let line = p.line();
+        prog.folded = serde_json::from_value(p.data()?).map_err(|e| ParseError {
+            line,
+            msg: format!("folded: {e}"),
+        })?;
+    }
     while p.is_word("const") {
         p.pos += 1;
         let line = p.line();
