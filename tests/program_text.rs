@@ -18,7 +18,11 @@ fn program_text_round_trips_and_runs_the_same() {
         let printed = text::print(&a.header.program);
         let parsed = text::parse(&printed).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(parsed == a.header.program, "{name}: parse(print(p)) != p");
-        assert_eq!(text::print(&parsed), printed, "{name}: print(parse(t)) != t");
+        assert_eq!(
+            text::print(&parsed),
+            printed,
+            "{name}: print(parse(t)) != t"
+        );
         let mut b = a.clone();
         b.header.program = parsed;
         let want = Executor::new(a, &Default::default())
@@ -38,4 +42,3 @@ fn program_text_round_trips_and_runs_the_same() {
         }
     }
 }
-

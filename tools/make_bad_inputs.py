@@ -489,7 +489,7 @@ def program_text_cases(empty_st):
     text_case("program_text_bad_dtype", t.replace('[4, 8] f32 "y"', '[4, 8] f33 "y"'),
               "line 7: unknown element type 'f33'")
     text_case("program_text_step_reads_unwritten", t.replace("(%0, %1) -> (%2)", "(%0, %2) -> (%2)"),
-              "artifact")
+              "step 0 reads value 'y' before it is computed")
 
 if __name__ == "__main__":
     main()

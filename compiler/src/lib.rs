@@ -241,8 +241,8 @@ pub fn artifact_from_program_text(
     text: &str,
     mut weights: Weights,
 ) -> Result<fxhlo_runtime::fast::Artifact> {
-    let program = fxhlo_runtime::fast::text::parse(text)
-        .map_err(|e| DriverError::Other(e.to_string()))?;
+    let program =
+        fxhlo_runtime::fast::text::parse(text).map_err(|e| DriverError::Other(e.to_string()))?;
     let mut constants = Weights::default();
     for (_, name) in &program.constants {
         if constants.contains_key(name) {

@@ -449,7 +449,9 @@ fn run_model(
                 .map_err(|e| DriverError::Other(format!("{}: {e}", path.display())))?,
         )
     };
-    if let Some(bytes) = (bytes.as_deref()).filter(|b| b.starts_with(fxhlo_runtime::fast::artifact::MAGIC)) {
+    if let Some(bytes) =
+        (bytes.as_deref()).filter(|b| b.starts_with(fxhlo_runtime::fast::artifact::MAGIC))
+    {
         if rt.reference {
             return Err(DriverError::Other(
                 "--reference needs a model, not a compiled artifact".into(),
@@ -501,7 +503,9 @@ fn read_weights(path: &Path) -> Result<fxhlo_ir::Weights, DriverError> {
         return Ok(fxhlo_runtime::fast::Artifact::from_bytes(&bytes)?.constants);
     }
     let name = path.display().to_string();
-    Ok(fxhlo_ir::read::safetensors_io::parse_safetensors(&bytes, &name)?)
+    Ok(fxhlo_ir::read::safetensors_io::parse_safetensors(
+        &bytes, &name,
+    )?)
 }
 
 /// How `fxhlo bench` times runs.
@@ -711,7 +715,10 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                 errln!("{}", c.plan);
             }
             if print_program {
-                out!("{}", fxhlo_runtime::fast::text::print(&c.artifact.header.program));
+                out!(
+                    "{}",
+                    fxhlo_runtime::fast::text::print(&c.artifact.header.program)
+                );
             }
             let t = std::time::Instant::now();
             // Written as it is serialized: the constants are not copied into one buffer first.

@@ -1,6 +1,10 @@
-//! Builds a runtime [`Program`] from a graph and its fusion plan: one step per fusion kernel,
-//! compiled by the kernel families that cover it, else a fallback step that runs the kernel's
-//! nodes in the reference interpreter (listed with its reason by `--stats`).
+//! Builds a runtime [`Program`] from a graph and its fusion plan: the steps of each fusion
+//! kernel, compiled by the kernel families that cover it, else a fallback step that runs the
+//! kernel's nodes in the reference interpreter (listed with its reason by `--stats`). Kernels
+//! are merged (reduction chains, attentions, epilogues into their matmul/convolution) or split
+//! (materialized operands, one elementwise step per output shape, ...) here; each such
+//! decision is recorded on the steps it shapes, with its reason (`Step::origin`, printed by the
+//! program's text form).
 
 use super::Slots;
 use fxhlo_ir::{Arg, Graph, InputKind, Node, NodeId, NodeKind, ValueRef};
@@ -179,7 +183,10 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                         each_kernel(g, a.kernels.iter().map(|&j| &plan.kernels[j]), &mut vals)?;
                     note(
                         &mut steps,
-                        format!("not merged into a fused attention of kernels {}: {e}", list(&a.kernels)),
+                        format!(
+                            "not merged into a fused attention of kernels {}: {e}",
+                            list(&a.kernels)
+                        ),
                     );
                     steps
                 }
@@ -208,7 +215,10 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                             let mut steps = each_kernel(g, ks, &mut vals)?;
                             note(
                                 &mut steps,
-                                format!("reduction chain of kernels {} not built: {e}", list(&kernels)),
+                                format!(
+                                    "reduction chain of kernels {} not built: {e}",
+                                    list(&kernels)
+                                ),
                             );
                             steps
                         }
@@ -243,7 +253,10 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
 fn list(ks: &[usize]) -> String {
     format!(
         "[{}]",
-        ks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ")
+        ks.iter()
+            .map(|k| k.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 }
 

@@ -147,7 +147,11 @@ pub fn fold_constant_steps(
         program.constants.push((v, name.clone()));
         constants.insert(name, t);
     }
-    program.folded.extend(steps.iter().flat_map(|(_, s)| s.origin.kernels.iter().copied()));
+    program.folded.extend(
+        steps
+            .iter()
+            .flat_map(|(_, s)| s.origin.kernels.iter().copied()),
+    );
     program.folded.sort_unstable();
     program.folded.dedup();
     let mut folded = fold.iter();

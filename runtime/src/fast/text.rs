@@ -131,8 +131,11 @@ pub fn print(p: &Program) -> String {
     for (v, name) in &p.constants {
         let _ = writeln!(o, "const %{v} = {}", quote(name));
     }
-    let written: std::collections::HashSet<ValueId> =
-        p.steps.iter().flat_map(|s| s.dsts.iter().copied()).collect();
+    let written: std::collections::HashSet<ValueId> = p
+        .steps
+        .iter()
+        .flat_map(|s| s.dsts.iter().copied())
+        .collect();
     for (i, t) in p.values.iter().enumerate() {
         let decl = format!("%{i} : {} {}", t.type_string(), quote(&t.name));
         let loc = match plan.loc.get(i) {
@@ -308,7 +311,10 @@ fn compact(v: &Value) -> String {
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => number(n),
         Value::String(s) => word_or_quoted(s),
-        Value::Array(xs) => format!("[{}]", xs.iter().map(compact).collect::<Vec<_>>().join(", ")),
+        Value::Array(xs) => format!(
+            "[{}]",
+            xs.iter().map(compact).collect::<Vec<_>>().join(", ")
+        ),
         Value::Object(m) => {
             if let Some((k, inner)) = variant(m) {
                 return match inner {
@@ -700,7 +706,10 @@ impl Parser {
                 self.pos += 1;
                 Ok(s)
             }
-            _ => self.err(format!("expected {what} (a quoted string), found {}", self.found())),
+            _ => self.err(format!(
+                "expected {what} (a quoted string), found {}",
+                self.found()
+            )),
         }
     }
 
@@ -834,7 +843,9 @@ impl Parser {
         if let Some(Tok::Word(w)) = self.peek() {
             if !is_reg(w) {
                 let w = w.clone();
-                let op = typed_op(&w).ok_or(()).or_else(|_| self.err(format!("unknown unary op '{w}'")))?;
+                let op = typed_op(&w)
+                    .ok_or(())
+                    .or_else(|_| self.err(format!("unknown unary op '{w}'")))?;
                 self.pos += 1;
                 return Ok((Some(op), self.reg()?));
             }
@@ -1029,7 +1040,10 @@ pub fn parse(text: &str) -> Result<Program, ParseError> {
         if v as usize != prog.values.len() {
             return Err(ParseError {
                 line,
-                msg: format!("value %{v} declared where %{} comes next", prog.values.len()),
+                msg: format!(
+                    "value %{v} declared where %{} comes next",
+                    prog.values.len()
+                ),
             });
         }
         p.punct(":")?;
@@ -1044,15 +1058,19 @@ pub fn parse(text: &str) -> Result<Program, ParseError> {
         }
         p.pos += 1;
         let dt = p.word("an element type")?;
-        let dtype =
-            DType::parse(&dt).ok_or(()).or_else(|_| p.err(format!("unknown element type '{dt}'")))?;
+        let dtype = DType::parse(&dt)
+            .ok_or(())
+            .or_else(|_| p.err(format!("unknown element type '{dt}'")))?;
         let name = p.string("the value's name")?;
         prog.values.push(TensorSpec { name, dtype, shape });
     }
     if let Some((v, line)) = refs.iter().find(|r| r.0 as usize >= prog.values.len()) {
         return Err(ParseError {
             line: *line,
-            msg: format!("%{v} is not declared (there are {} values)", prog.values.len()),
+            msg: format!(
+                "%{v} is not declared (there are {} values)",
+                prog.values.len()
+            ),
         });
     }
     while p.peek().is_some() {
@@ -1086,7 +1104,11 @@ fn step(p: &mut Parser, prog: &Program, n: usize) -> R<Step> {
     p.punct("(")?;
     let dsts = p.value_list()?;
     p.punct(")")?;
-    if let Some(v) = srcs.iter().chain(&dsts).find(|&&v| v as usize >= prog.values.len()) {
+    if let Some(v) = srcs
+        .iter()
+        .chain(&dsts)
+        .find(|&&v| v as usize >= prog.values.len())
+    {
         return p.err(format!("step {n} names %{v}, which is not declared"));
     }
     p.punct("{")?;
@@ -1104,9 +1126,7 @@ fn step(p: &mut Parser, prog: &Program, n: usize) -> R<Step> {
         serde_json::from_value(v).map_err(|e| at(format!("step {n}: kernels: {e}")))
     })?;
     let grid: Vec<usize> = match take("grid") {
-        Some(v) => {
-            serde_json::from_value(v).map_err(|e| at(format!("step {n}: grid: {e}")))?
-        }
+        Some(v) => serde_json::from_value(v).map_err(|e| at(format!("step {n}: grid: {e}")))?,
         None => return Err(at(format!("step {n}: no grid"))),
     };
     let blocks = match take("blocks") {
@@ -1114,7 +1134,9 @@ fn step(p: &mut Parser, prog: &Program, n: usize) -> R<Step> {
             let mut bs = vec![];
             for &v in srcs.iter().chain(&dsts) {
                 let t = prog.values.get(v as usize).ok_or_else(|| {
-                    at(format!("step {n} reads or writes %{v}, which is not declared"))
+                    at(format!(
+                        "step {n} reads or writes %{v}, which is not declared"
+                    ))
                 })?;
                 bs.push(BlockSpec::whole(&t.shape));
             }
@@ -1124,9 +1146,12 @@ fn step(p: &mut Parser, prog: &Program, n: usize) -> R<Step> {
         None => return Err(at(format!("step {n}: no blocks"))),
     };
     debug_assert!(STEP_FIELDS.iter().all(|f| !fields.contains_key(*f)));
-    let tagged = Value::Object(Map::from_iter([(variant.to_string(), Value::Object(fields))]));
-    let kernel: Kernel = serde_json::from_value(tagged)
-        .map_err(|e| at(format!("step {n} ({kind}): {e}")))?;
+    let tagged = Value::Object(Map::from_iter([(
+        variant.to_string(),
+        Value::Object(fields),
+    )]));
+    let kernel: Kernel =
+        serde_json::from_value(tagged).map_err(|e| at(format!("step {n} ({kind}): {e}")))?;
     Ok(Step {
         nodes,
         srcs,
@@ -1135,4 +1160,130 @@ fn step(p: &mut Parser, prog: &Program, n: usize) -> R<Step> {
         kernel,
         origin: Origin { kernels, decisions },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program whose expression uses every instruction form, a non-finite constant and a
+    /// constant that is not a short `f64`.
+    const TEXT: &str = r#"fxhlo.program v1
+inputs %0, %1
+outputs %2
+%0 : [2, 3] f32 "x"
+%1 : [2, 3] bool "m"
+%2 : [2, 3] f32 "y"
+
+step 0 elementwise (%0, %1) -> (%2) {
+  nodes: [a, "b.c"]
+  kernels: [3, 4]
+  why: ["merged: a reason with \"quotes\""]
+  grid: [1]
+  blocks: whole
+  dims: [2, 3]
+  insts: {
+    r0 = load leaf0
+    r1 = load leaf1
+    r2 = const nan
+    r3 = fused mul gelu_erf r0, r0 + r2
+    r4 = fused add r3, sigmoid r0
+    r5 = sub 1.0, r4
+    r6 = max r5, -inf
+    r7 = select r1, r5, r6
+    r8 = powi r7, 3
+    r9 = mul r8, 0.044715
+    r10 = gelu_tanh r9
+    r11 = div_floor r10, r9
+    r12 = add r11, r11
+  }
+  leaves: [
+    {offset: 0, src: Slot{kind: F32, slot: 0}, strides: [3, 1]}
+    {offset: 0, src: Slot{kind: Bool, slot: 1}, strides: [3, 1]}
+  ]
+  num_regs: 13
+  outputs: [12]
+  shape: [2, 3]
+}
+"#;
+
+    #[test]
+    fn every_instruction_form_round_trips() {
+        let p = parse(TEXT).unwrap();
+        let printed = print(&p);
+        // (Compared as JSON: the NaN constant is not equal to itself.)
+        let json = |p: &Program| serde_json::to_value(p).unwrap();
+        assert_eq!(json(&parse(&printed).unwrap()), json(&p));
+        assert_eq!(print(&parse(&printed).unwrap()), printed);
+        for line in [
+            "r3 = fused mul gelu_erf r0, r0 + r2",
+            "r4 = fused add r3, sigmoid r0",
+            "r5 = sub 1.0, r4",
+            "r6 = max r5, -inf",
+            "r2 = const nan",
+            "r9 = mul r8, 0.044715",
+            "nodes: [a, \"b.c\"]",
+            "kernels: [3, 4]",
+        ] {
+            assert!(printed.contains(line), "{line} not in\n{printed}");
+        }
+        assert_eq!(p.steps[0].origin.kernels, vec![3, 4]);
+        assert_eq!(
+            p.steps[0].origin.decisions,
+            vec!["merged: a reason with \"quotes\"".to_string()]
+        );
+    }
+
+    /// An `f32` that is not a short `f64` is written in its short `f32` form with a suffix, and
+    /// reads back to the same bits; an `f64` that is no `f32` keeps all its digits.
+    #[test]
+    fn numbers_round_trip_exactly() {
+        for x in [
+            0.1f32 as f64,
+            1e-5f32 as f64,
+            0.1f64,
+            1e-5,
+            2.0,
+            -3.5,
+            1e300,
+        ] {
+            let s = float64(x);
+            let v = parse_number(&s).unwrap();
+            assert_eq!(v.as_f64().unwrap().to_bits(), x.to_bits(), "{x} as {s}");
+        }
+        assert_eq!(float64(0.1f32 as f64), "0.1f32");
+        assert_eq!(float64(0.5), "0.5");
+    }
+
+    /// Every prefix of a valid text, and the text with any one byte removed, parses or fails
+    /// with a line number within the text; nothing panics.
+    #[test]
+    fn damaged_texts_are_errors_not_panics() {
+        let lines = TEXT.lines().count();
+        let check = |t: &str| {
+            if let Err(e) = parse(t) {
+                assert!(e.line >= 1 && e.line <= lines, "{e}");
+            }
+        };
+        for n in 0..TEXT.len() {
+            check(&TEXT[..n]);
+            let mut t = TEXT.to_string();
+            t.remove(n);
+            check(&t);
+        }
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = parse(&TEXT.replace("r6 = max", "r6 = maxx")).unwrap_err();
+        assert_eq!(e.line, 22);
+        assert!(e.msg.contains("unknown instruction 'maxx'"), "{e}");
+        let e = parse(&TEXT.replace("step 0", "step 1")).unwrap_err();
+        assert_eq!(
+            (e.line, e.msg.as_str()),
+            (8, "step 1 where step 0 comes next")
+        );
+        let e = parse("fxhlo.program v2\n").unwrap_err();
+        assert_eq!(e.line, 1);
+    }
 }
