@@ -42,3 +42,30 @@ fn program_text_round_trips_and_runs_the_same() {
         }
     }
 }
+
+/// The program accounts for every kernel of the fusion plan it was built from (the plan
+/// `compile --print-fusion` prints): each kernel with outputs is named by some step's
+/// `kernels`, or was folded at compile time; and every step names its kernels. A kernel
+/// merged into another step or split into several is visible there, with the decision.
+#[test]
+fn every_fusion_kernel_is_accounted_for() {
+    use std::collections::BTreeSet;
+    for dir in testdata() {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let case = load_case(&dir, None).unwrap();
+        let c = fxhlo::compile_with(&case.model, &CompileOptions::default(), &mut |_, _| {})
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let p = &c.artifact.header.program;
+        let mut seen: BTreeSet<u32> = p.folded.iter().copied().collect();
+        for (i, s) in p.steps.iter().enumerate() {
+            assert!(!s.origin.kernels.is_empty(), "{name}: step {i} names no kernel");
+            seen.extend(&s.origin.kernels);
+        }
+        for (k, kern) in c.plan.kernels.iter().enumerate() {
+            if !kern.outputs.is_empty() {
+                assert!(seen.contains(&(k as u32)), "{name}: kernel {k} has no step");
+            }
+        }
+        assert!(seen.iter().all(|&k| (k as usize) < c.plan.kernels.len()), "{name}");
+    }
+}

@@ -93,7 +93,7 @@ pub struct Step {
     /// What runs.
     pub kernel: Kernel,
     /// Where the step comes from in the fusion plan and why it has its shape (read by the text
-    /// form and `--stats`, never by the executor).
+    /// form, never by the executor).
     #[serde(default, skip_serializing_if = "Origin::is_empty")]
     pub origin: Origin,
 }
