@@ -58,7 +58,10 @@ fn every_fusion_kernel_is_accounted_for() {
         let p = &c.artifact.header.program;
         let mut seen: BTreeSet<u32> = p.folded.iter().copied().collect();
         for (i, s) in p.steps.iter().enumerate() {
-            assert!(!s.origin.kernels.is_empty(), "{name}: step {i} names no kernel");
+            assert!(
+                !s.origin.kernels.is_empty(),
+                "{name}: step {i} names no kernel"
+            );
             seen.extend(&s.origin.kernels);
         }
         for (k, kern) in c.plan.kernels.iter().enumerate() {
@@ -66,6 +69,56 @@ fn every_fusion_kernel_is_accounted_for() {
                 assert!(seen.contains(&(k as u32)), "{name}: kernel {k} has no step");
             }
         }
-        assert!(seen.iter().all(|&k| (k as usize) < c.plan.kernels.len()), "{name}");
+        assert!(
+            seen.iter().all(|&k| (k as usize) < c.plan.kernels.len()),
+            "{name}"
+        );
     }
+}
+
+/// The CLI: `compile --print-program -o a.fxa` writes the text and the artifact; `run p.fxp
+/// --weights a.fxa` (the artifact's constants include the folded ones) writes the same bytes
+/// as `run a.fxa`; the model's own weights lack the folded constants, which the error names.
+#[test]
+fn cli_runs_a_program_text_like_its_artifact() {
+    use std::process::Command;
+    let bin = env!("CARGO_BIN_EXE_fxhlo");
+    let dir = common::testdata()
+        .into_iter()
+        .find(|d| d.ends_with("gpt2"))
+        .unwrap();
+    let tmp = std::env::temp_dir().join(format!("fxhlo-progtext-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (a, p) = (tmp.join("a.fxa"), tmp.join("p.fxp"));
+    let out = Command::new(bin)
+        .args(["compile", "--print-program", "-o"])
+        .arg(&a)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&p, &out.stdout).unwrap();
+    let inputs = dir.join("inputs.safetensors");
+    let run = |model: &std::path::Path, weights: Option<&std::path::Path>, o: &str| {
+        let mut c = Command::new(bin);
+        c.arg("run").arg(model);
+        if let Some(w) = weights {
+            c.arg("--weights").arg(w);
+        }
+        c.arg("--inputs").arg(&inputs).arg("--out").arg(tmp.join(o));
+        c.output().unwrap()
+    };
+    assert!(run(&a, None, "a.safetensors").status.success());
+    let r = run(&p, Some(&a), "p.safetensors");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let read = |o: &str| std::fs::read(tmp.join(o)).unwrap();
+    assert!(read("a.safetensors") == read("p.safetensors"));
+    let r = run(&p, Some(&dir.join("weights.safetensors")), "w.safetensors");
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("is not in the weights"));
+    let _ = std::fs::remove_dir_all(&tmp);
 }

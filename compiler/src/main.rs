@@ -749,12 +749,15 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     .map(|(k, n)| format!("{k} {n}"))
                     .collect();
                 errln!(
-                    "compiled in {:.2} ms: {} fusion kernels -> {} steps ({}); artifact {} bytes",
+                    "compiled in {:.2} ms: {} fusion kernels -> {} steps ({}); {}",
                     c.time.as_secs_f64() * 1e3,
                     c.plan.kernels.len(),
                     c.artifact.header.program.steps.len(),
                     kinds.join(", "),
-                    size
+                    match output {
+                        Some(_) => format!("artifact {size} bytes"),
+                        None => "no artifact written".into(),
+                    }
                 );
                 errln!(
                     "fallbacks to the reference interpreter: {}",

@@ -42,9 +42,10 @@
 //!   `blocks` (its [`Launch`]; `whole` where every operand's block is the whole operand), and
 //!   the kernel's own parameters, written as data: `{field: value, ...}` structures, `[...]`
 //!   lists, `Variant(...)` / `Variant{...}` enum variants, `none`, numbers (a number written
-//!   `0.1f32` is the `f32` nearest to 0.1), bare words or JSON-quoted strings. An
+//!   `0.1f32` is the `f32` nearest to 0.1), bare words, JSON-quoted strings, and strings of
+//!   several lines (a fallback's IR graph) as the lines between two `"""` lines. An
 //!   elementwise expression's instructions are written one per line, `rN = op operands`.
-//! - Parsing is whitespace-insensitive; every error names its line.
+//! - Parsing is whitespace-insensitive (but for block strings); every error names its line.
 
 use super::memory::{Loc, MemoryPlan};
 use super::program::{BlockSpec, Kernel, Launch, Origin, Program, Step, TensorSpec, ValueId};
@@ -250,6 +251,22 @@ fn block_value(o: &mut String, depth: usize, key: &str, v: &Value) {
             return;
         }
     }
+    if let Value::String(text) = v {
+        if is_block_string(text) {
+            // `"""`, the lines one level deeper, and `"""` at that depth.
+            o.push_str("\"\"\"\n");
+            for line in text.lines() {
+                if !line.is_empty() {
+                    indent(o, depth + 1);
+                    o.push_str(line);
+                }
+                o.push('\n');
+            }
+            indent(o, depth + 1);
+            o.push_str("\"\"\"");
+            return;
+        }
+    }
     let flat = compact(v);
     if !has_insts(v) && depth * 2 + key.len() + 2 + flat.len() <= WIDTH {
         o.push_str(&flat);
@@ -287,6 +304,12 @@ fn block_value(o: &mut String, depth: usize, key: &str, v: &Value) {
         }
         _ => o.push_str(&flat),
     }
+}
+
+/// Whether `s` is written as a block of lines between `"""`s: several lines, each ended by a
+/// newline, none holding `"""` or a carriage return (an IR graph of a fallback step).
+fn is_block_string(s: &str) -> bool {
+    s.ends_with('\n') && s.lines().count() > 1 && !s.contains("\"\"\"") && !s.contains('\r')
 }
 
 fn has_insts(v: &Value) -> bool {
@@ -512,6 +535,12 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
                     i += 1;
                 }
             }
+            b'"' if text[i..].starts_with("\"\"\"\n") => {
+                let (s, next, lines) = block_string(text, i + 4, line)?;
+                toks.push((Tok::Str(s), line));
+                i = next;
+                line += lines;
+            }
             b'"' => {
                 // A JSON string: up to the first unescaped quote.
                 let start = i;
@@ -594,6 +623,46 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
         }
     }
     Ok(toks)
+}
+
+/// A block string whose first line starts at byte `start`, its opening `"""` on line `line`:
+/// its text, the position after its closing `"""` and the number of newlines up to there.
+/// Each line loses the indentation of the closing `"""`.
+fn block_string(
+    text: &str,
+    start: usize,
+    line: usize,
+) -> Result<(String, usize, usize), ParseError> {
+    let mut lines: Vec<&str> = vec![];
+    let mut pos = start;
+    loop {
+        let Some(rest) = text.get(pos..).filter(|r| !r.is_empty()) else {
+            return Err(ParseError {
+                line,
+                msg: "a \"\"\" block string is not closed".into(),
+            });
+        };
+        let l = rest.split('\n').next().unwrap_or("");
+        let body = l.trim_start_matches([' ', '\t']);
+        if body.starts_with("\"\"\"") {
+            let prefix = &l[..l.len() - body.len()];
+            let mut s = String::new();
+            for (k, x) in lines.iter().enumerate() {
+                if !x.is_empty() {
+                    let y = x.strip_prefix(prefix).ok_or_else(|| ParseError {
+                        line: line + 1 + k,
+                        msg: "a line of a block string is indented less than its closing \"\"\""
+                            .into(),
+                    })?;
+                    s.push_str(y);
+                }
+                s.push('\n');
+            }
+            return Ok((s, pos + prefix.len() + 3, lines.len() + 1));
+        }
+        lines.push(l);
+        pos += l.len() + 1;
+    }
 }
 
 struct Parser {
@@ -1205,6 +1274,20 @@ step 0 elementwise (%0, %1) -> (%2) {
   outputs: [12]
   shape: [2, 3]
 }
+
+step 1 fallback (%2) -> (%2) {
+  nodes: [c]
+  grid: [1]
+  blocks: whole
+  graph: """
+    graph {
+      %in0: f32[2, 3] = input
+
+      return %in0
+    }
+    """
+  reason: "a reason"
+}
 "#;
 
     #[test]
@@ -1224,10 +1307,18 @@ step 0 elementwise (%0, %1) -> (%2) {
             "r9 = mul r8, 0.044715",
             "nodes: [a, \"b.c\"]",
             "kernels: [3, 4]",
+            "  graph: \"\"\"\n    graph {\n      %in0: f32[2, 3] = input\n\n      return %in0\n    }\n    \"\"\"\n",
         ] {
             assert!(printed.contains(line), "{line} not in\n{printed}");
         }
         assert_eq!(p.steps[0].origin.kernels, vec![3, 4]);
+        let Kernel::Fallback { graph, .. } = &p.steps[1].kernel else {
+            panic!("not a fallback");
+        };
+        assert_eq!(
+            graph,
+            "graph {\n  %in0: f32[2, 3] = input\n\n  return %in0\n}\n"
+        );
         assert_eq!(
             p.steps[0].origin.decisions,
             vec!["merged: a reason with \"quotes\"".to_string()]
