@@ -670,7 +670,13 @@ struct Parser {
     pos: usize,
     /// The last line (for errors at the end of the text).
     end_line: usize,
+    /// Structures open around the current token (bounded: see [`MAX_DEPTH`]).
+    depth: usize,
 }
+
+/// The deepest nesting of structures and lists a text may have (the printer writes at most
+/// about 8; a bound keeps a hostile text from exhausting the stack).
+const MAX_DEPTH: usize = 64;
 
 type R<T> = Result<T, ParseError>;
 
@@ -797,6 +803,16 @@ impl Parser {
 
     /// A value of the data syntax.
     fn data(&mut self) -> R<Value> {
+        if self.depth >= MAX_DEPTH {
+            return self.err(format!("structures nested more than {MAX_DEPTH} deep"));
+        }
+        self.depth += 1;
+        let v = self.data_in();
+        self.depth -= 1;
+        v
+    }
+
+    fn data_in(&mut self) -> R<Value> {
         let line = self.line();
         match self.next("a value")? {
             Tok::Num(n) => parse_number(&n).map_err(|msg| ParseError { line, msg }),
@@ -1071,6 +1087,7 @@ pub fn parse(text: &str) -> Result<Program, ParseError> {
         toks,
         pos: 0,
         end_line: text.lines().count().max(1),
+        depth: 0,
     };
     // The magic line: `fxhlo.program v1`.
     p.keyword("fxhlo.program")?;
@@ -1362,6 +1379,20 @@ step 1 fallback (%2) -> (%2) {
             t.remove(n);
             check(&t);
         }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error() {
+        let t = TEXT.replace(
+            "grid: [1]\n  blocks: whole\n  dims",
+            &format!(
+                "grid: {}1{}\n  blocks: whole\n  dims",
+                "[".repeat(100_000),
+                "]".repeat(100_000)
+            ),
+        );
+        let e = parse(&t).unwrap_err();
+        assert!(e.msg.contains("nested more than 64 deep"), "{e}");
     }
 
     #[test]
