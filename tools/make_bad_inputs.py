@@ -241,6 +241,7 @@ def main():
                            "program": {"values": [], "inputs": [3], "constants": [], "outputs": [], "steps": []}}).encode()
     artifact_case("artifact_dangling_value", artifact(bad_prog, empty_st), "refers to value 3")
     reliability_cases(artifact, empty_st)
+    program_text_cases(empty_st)
     print(f"wrote {len(list(OUT.iterdir()))} cases to {OUT.relative_to(ROOT)}")
 
 
@@ -426,6 +427,69 @@ def rewrite_zip(data, mutate):
                 z.writestr(info.filename, b)
     return out.getvalue()
 
+
+
+# A program text (`fxhlo compile --print-program`, docs/runtime.md): y = relu(x + c) over f32[4, 8],
+# `c` a constant named "c" in the weights.
+PROGRAM_TEXT = """fxhlo.program v1
+inputs %0
+outputs %2
+const %1 = "c"
+%0 : [4, 8] f32 "x"
+%1 : [4, 8] f32 "c"
+%2 : [4, 8] f32 "y"
+
+step 0 elementwise (%0, %1) -> (%2) {
+  nodes: [add, relu]
+  grid: [1]
+  blocks: whole
+  dims: [4, 8]
+  insts: {
+    r0 = load leaf0
+    r1 = load leaf1
+    r2 = add r0, r1
+    r3 = relu r2
+  }
+  leaves: [
+    {offset: 0, src: Slot{kind: F32, slot: 0}, strides: [8, 1]}
+    {offset: 0, src: Slot{kind: F32, slot: 1}, strides: [8, 1]}
+  ]
+  num_regs: 4
+  outputs: [3]
+  shape: [4, 8]
+}
+"""
+
+
+def program_text_cases(empty_st):
+    """Program texts: one that runs, then one broken thing each; every error names its line."""
+    x48 = st_bytes({"x": ("F32", [4, 8], f32([0.01 * i - 0.1 for i in range(32)]))})
+    c48 = st_bytes({"c": ("F32", [4, 8], f32([0.5] * 32))})
+    run = lambda extra=("--weights", "c.safetensors"): ["run", "p.fxp", *extra, *RUN]
+
+    def text_case(name, text, msg, extra=("--weights", "c.safetensors"), exit=2):
+        files = {"p.fxp": text.encode(), "inputs.safetensors": x48, "c.safetensors": c48}
+        case(name, [r(run(extra), exit, msg)], files=files, copy=())
+    t = PROGRAM_TEXT
+    text_case("program_text_runs", t, None, exit=0)
+    text_case("program_text_no_weights", t, "a program text needs --weights", extra=())
+    text_case("program_text_constant_not_in_weights", t.replace('"c"\n%0', '"d"\n%0'),
+              "constant 'd' is not in the weights")
+    text_case("program_text_unknown_kind", t.replace("elementwise (", "elementwize ("),
+              "line 9: unknown kernel kind 'elementwize'")
+    text_case("program_text_undeclared_value", t.replace("-> (%2)", "-> (%7)"),
+              "line 9: step 0 names %7, which is not declared")
+    text_case("program_text_undeclared_output", t.replace("outputs %2", "outputs %5"),
+              "line 3: %5 is not declared")
+    text_case("program_text_unknown_instruction", t.replace("relu r2", "frobnicate r2"),
+              "line 18: unknown instruction 'frobnicate'")
+    text_case("program_text_missing_field", t.replace("  num_regs: 4\n", ""),
+              "line 9: step 0 (elementwise): missing field `num_regs`")
+    text_case("program_text_unclosed", t[: t.index("  outputs: [3]")], "is not closed")
+    text_case("program_text_bad_dtype", t.replace('[4, 8] f32 "y"', '[4, 8] f33 "y"'),
+              "line 7: unknown element type 'f33'")
+    text_case("program_text_step_reads_unwritten", t.replace("(%0, %1) -> (%2)", "(%0, %2) -> (%2)"),
+              "step 0 reads value 'y' before it is computed")
 
 if __name__ == "__main__":
     main()

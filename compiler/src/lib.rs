@@ -234,6 +234,41 @@ fn compile_impl(
     })
 }
 
+/// An artifact from a program text (`fxhlo compile --print-program`, `fxhlo_runtime::fast::text`)
+/// and the tensors its constants name, taken from `weights` (a model's weights, or an
+/// artifact's constants where the compiler folded some). Checked as a loaded artifact is.
+pub fn artifact_from_program_text(
+    text: &str,
+    mut weights: Weights,
+) -> Result<fxhlo_runtime::fast::Artifact> {
+    let program =
+        fxhlo_runtime::fast::text::parse(text).map_err(|e| DriverError::Other(e.to_string()))?;
+    let mut constants = Weights::default();
+    for (_, name) in &program.constants {
+        if constants.contains_key(name) {
+            continue;
+        }
+        let t = weights.remove(name).ok_or_else(|| {
+            DriverError::Other(format!(
+                "the program's constant '{name}' is not in the weights (constants the compiler computed, `fxhlo.folded.*` and `fxhlo.shape.*`, are in the artifact: pass it as the weights)"
+            ))
+        })?;
+        constants.insert(name.clone(), t);
+    }
+    let artifact = fxhlo_runtime::fast::Artifact {
+        header: fxhlo_runtime::fast::ArtifactHeader {
+            compiler_version: env!("CARGO_PKG_VERSION").to_string(),
+            opt_level: 0,
+            program,
+            graph: String::new(),
+            stablehlo: Err("the artifact was made from a program text".into()),
+        },
+        constants,
+    };
+    artifact.validate()?;
+    Ok(artifact)
+}
+
 /// Runs `model` on `inputs` with the fast runtime (compiled at `-O2`).
 pub fn run_fast(model: &Model, inputs: &Weights) -> Result<Vec<HostTensor>> {
     let a = compile(model, &CompileOptions::default())?;

@@ -149,10 +149,16 @@ enum Cmd {
         #[arg(long)]
         fusion: bool,
     },
-    /// Run a model (compiled in memory) or a compiled artifact (.fxa) with the fast runtime.
+    /// Run a model (compiled in memory), a compiled artifact (.fxa) or a program text
+    /// (`compile --print-program`) with the fast runtime.
     Run {
-        /// A fxjson file, a testdata folder, a .pt2 archive or an artifact from `fxhlo compile`.
+        /// A fxjson file, a testdata folder, a .pt2 archive, an artifact from `fxhlo compile` or
+        /// a program text (with `--weights`).
         model: PathBuf,
+        /// For a program text: the tensors its constants name, a safetensors file or an
+        /// artifact (whose constants include those the compiler computed).
+        #[arg(long)]
+        weights: Option<PathBuf>,
         /// Inputs (safetensors), keyed by the user-input names `inspect` prints.
         #[arg(long)]
         inputs: PathBuf,
@@ -166,9 +172,16 @@ enum Cmd {
     Compile {
         /// A fxjson file, a testdata folder or a .pt2 archive.
         model: PathBuf,
-        /// The artifact to write.
+        /// The artifact to write (optional with `--print-program`).
         #[arg(short, long)]
-        output: PathBuf,
+        output: Option<PathBuf>,
+        /// Print the compiled program's text form (docs/runtime.md) to standard output.
+        #[arg(long)]
+        print_program: bool,
+        /// Print the fusion plan the program was built from to standard error (its kernel
+        /// numbers are those of the program text's `kernels`).
+        #[arg(long)]
+        print_fusion: bool,
         #[command(flatten)]
         pipeline: PipelineArgs,
         /// Print the compile time, the steps by kernel kind and every fallback to standard error.
@@ -418,9 +431,11 @@ fn compile_for_run(
     new_executor(a, rt)
 }
 
-/// Runs a model file or an artifact, with the runtime `rt` asks for.
+/// Runs a model file, an artifact or a program text (its constants from `weights`), with the
+/// runtime `rt` asks for.
 fn run_model(
     path: &Path,
+    weights: Option<&Path>,
     inputs: &fxhlo_ir::Weights,
     rt: &RuntimeArgs,
 ) -> Result<Vec<fxhlo_ir::HostTensor>, DriverError> {
@@ -434,20 +449,63 @@ fn run_model(
                 .map_err(|e| DriverError::Other(format!("{}: {e}", path.display())))?,
         )
     };
-    if let Some(bytes) = bytes.filter(|b| b.starts_with(fxhlo_runtime::fast::artifact::MAGIC)) {
+    if let Some(bytes) =
+        (bytes.as_deref()).filter(|b| b.starts_with(fxhlo_runtime::fast::artifact::MAGIC))
+    {
         if rt.reference {
             return Err(DriverError::Other(
                 "--reference needs a model, not a compiled artifact".into(),
             ));
         }
-        let a = fxhlo_runtime::fast::Artifact::from_bytes(&bytes)?;
+        let a = fxhlo_runtime::fast::Artifact::from_bytes(bytes)?;
         return Ok(new_executor(a, rt)?.run(inputs)?);
+    }
+    if let Some(text) = bytes.as_deref().and_then(program_text) {
+        if rt.reference {
+            return Err(DriverError::Other(
+                "--reference needs a model, not a program text".into(),
+            ));
+        }
+        let w = weights.ok_or_else(|| {
+            DriverError::Other(
+                "a program text needs --weights (a safetensors file or an artifact)".into(),
+            )
+        })?;
+        let a = fxhlo::artifact_from_program_text(text, read_weights(w)?)?;
+        return Ok(new_executor(a, rt)?.run(inputs)?);
+    }
+    if weights.is_some() {
+        return Err(DriverError::Other(
+            "--weights is for a program text; a model carries its own weights".into(),
+        ));
     }
     let m = load_model(path)?;
     if rt.reference {
         return run_reference(&m, inputs);
     }
     Ok(compile_for_run(&m, rt)?.run(inputs)?)
+}
+
+/// The text of a file that is a program text (starts with its first line), else `None`.
+fn program_text(bytes: &[u8]) -> Option<&str> {
+    let magic = fxhlo_runtime::fast::text::MAGIC;
+    if !bytes.starts_with(magic.as_bytes()) {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()
+}
+
+/// Tensors by name from a safetensors file or an artifact (its constants).
+fn read_weights(path: &Path) -> Result<fxhlo_ir::Weights, DriverError> {
+    let bytes = fxhlo_ir::budget::read_regular_file(path, u64::MAX)
+        .map_err(|e| DriverError::Other(format!("{}: {e}", path.display())))?;
+    if bytes.starts_with(fxhlo_runtime::fast::artifact::MAGIC) {
+        return Ok(fxhlo_runtime::fast::Artifact::from_bytes(&bytes)?.constants);
+    }
+    let name = path.display().to_string();
+    Ok(fxhlo_ir::read::safetensors_io::parse_safetensors(
+        &bytes, &name,
+    )?)
 }
 
 /// How `fxhlo bench` times runs.
@@ -626,35 +684,54 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
         }
         Cmd::Run {
             model,
+            weights,
             inputs,
             out,
             runtime,
         } => {
             let ins = read_safetensors(&inputs)?;
-            let outs = run_model(&model, &ins, &runtime)?;
+            let outs = run_model(&model, weights.as_deref(), &ins, &runtime)?;
             write_safetensors(&out, &name_outputs(outs))?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Compile {
             model,
             output,
+            print_program,
+            print_fusion,
             pipeline,
             stats,
         } => {
+            if output.is_none() && !print_program {
+                return Err(DriverError::Other(
+                    "compile: give the artifact to write (-o FILE) or --print-program".into(),
+                ));
+            }
             let t = std::time::Instant::now();
             let m = load_model(&model)?;
             let read = t.elapsed();
             let c = fxhlo::compile_owned(m, &pipeline.options(2), &mut dump_ir)?;
+            if print_fusion {
+                errln!("{}", c.plan);
+            }
+            if print_program {
+                out!(
+                    "{}",
+                    fxhlo_runtime::fast::text::print(&c.artifact.header.program)
+                );
+            }
             let t = std::time::Instant::now();
             // Written as it is serialized: the constants are not copied into one buffer first.
             let mut size = 0u64;
-            fxhlo_ir::read::safetensors_io::write_atomic_with(&output, &mut |w| {
-                let mut w = CountingWriter { w, n: 0 };
-                c.artifact.write_to(&mut w)?;
-                size = w.n;
-                Ok(())
-            })
-            .map_err(|e| DriverError::Other(format!("{}: {e}", output.display())))?;
+            if let Some(output) = &output {
+                fxhlo_ir::read::safetensors_io::write_atomic_with(output, &mut |w| {
+                    let mut w = CountingWriter { w, n: 0 };
+                    c.artifact.write_to(&mut w)?;
+                    size = w.n;
+                    Ok(())
+                })
+                .map_err(|e| DriverError::Other(format!("{}: {e}", output.display())))?;
+            }
             if pipeline.time_passes {
                 print_timings(&c.cx);
                 errln!("phases:");
@@ -672,12 +749,15 @@ fn run(cmd: Cmd) -> Result<ExitCode, DriverError> {
                     .map(|(k, n)| format!("{k} {n}"))
                     .collect();
                 errln!(
-                    "compiled in {:.2} ms: {} fusion kernels -> {} steps ({}); artifact {} bytes",
+                    "compiled in {:.2} ms: {} fusion kernels -> {} steps ({}); {}",
                     c.time.as_secs_f64() * 1e3,
                     c.plan.kernels.len(),
                     c.artifact.header.program.steps.len(),
                     kinds.join(", "),
-                    size
+                    match output {
+                        Some(_) => format!("artifact {size} bytes"),
+                        None => "no artifact written".into(),
+                    }
                 );
                 errln!(
                     "fallbacks to the reference interpreter: {}",

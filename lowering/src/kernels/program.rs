@@ -1,12 +1,16 @@
-//! Builds a runtime [`Program`] from a graph and its fusion plan: one step per fusion kernel,
-//! compiled by the kernel families that cover it, else a fallback step that runs the kernel's
-//! nodes in the reference interpreter (listed with its reason by `--stats`).
+//! Builds a runtime [`Program`] from a graph and its fusion plan: the steps of each fusion
+//! kernel, compiled by the kernel families that cover it, else a fallback step that runs the
+//! kernel's nodes in the reference interpreter (listed with its reason by `--stats`). Kernels
+//! are merged (reduction chains, attentions, epilogues into their matmul/convolution) or split
+//! (materialized operands, one elementwise step per output shape, ...) here; each such
+//! decision is recorded on the steps it shapes, with its reason (`Step::origin`, printed by the
+//! program's text form).
 
 use super::Slots;
 use fxhlo_ir::{Arg, Graph, InputKind, Node, NodeId, NodeKind, ValueRef};
 use fxhlo_passes::fusion::{FusionPlan, Kernel as FusionKernel, KernelKind};
 use fxhlo_runtime::fast::program::{
-    BlockSpec, Epilogue, Kernel, Launch, Program, Step, TensorSpec, ValueId,
+    BlockSpec, Epilogue, Kernel, Launch, Origin, Program, Step, TensorSpec, ValueId,
 };
 use fxhlo_runtime::fast::reduce::RowReduce;
 use std::collections::{BTreeMap, BTreeSet};
@@ -130,12 +134,20 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
     // Fused attentions, each in place of the last of its kernels; not where a reduction chain
     // would take some of its kernels together with kernels outside it.
     let mut attentions: BTreeMap<usize, super::attention::AttentionGroup> = BTreeMap::new();
+    // Decisions about a kernel made before its steps exist, recorded on them when they do.
+    let mut notes: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for a in super::attention::find(g, plan) {
         let mixed = chains.values().any(|c| {
             let n = c.kernels.iter().filter(|j| a.kernels.contains(j)).count();
             n > 0 && n < c.kernels.len()
         });
         if mixed {
+            for &j in &a.kernels {
+                notes.entry(j).or_default().push(format!(
+                    "not merged into a fused attention of kernels {}: a row-reduction chain takes some of them together with kernels outside it",
+                    list(&a.kernels)
+                ));
+            }
             continue;
         }
         let Some(&last) = a.kernels.last() else {
@@ -152,11 +164,32 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
         if absorbed.contains(&i) {
             continue;
         }
+        let mut group = vec![i];
         let steps = if let Some(a) = attentions.remove(&i) {
+            group = a.kernels.clone();
             match attention_steps(g, &a, &mut vals) {
-                Ok(steps) => steps,
+                Ok(mut steps) => {
+                    if let Some(last) = steps.last_mut() {
+                        last.origin.decisions.push(format!(
+                            "kernels {} merged into one fused attention step: an attention composite whose kernels only feed each other",
+                            list(&a.kernels)
+                        ));
+                    }
+                    steps
+                }
                 // A mask the elementwise engine cannot compute: the kernels as they are.
-                Err(_) => each_kernel(g, a.kernels.iter().map(|&j| &plan.kernels[j]), &mut vals)?,
+                Err(e) => {
+                    let mut steps =
+                        each_kernel(g, a.kernels.iter().map(|&j| &plan.kernels[j]), &mut vals)?;
+                    note(
+                        &mut steps,
+                        format!(
+                            "not merged into a fused attention of kernels {}: {e}",
+                            list(&a.kernels)
+                        ),
+                    );
+                    steps
+                }
             }
         } else {
             match chains.remove(&i) {
@@ -167,16 +200,44 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
                 }) => {
                     let ks: Vec<&FusionKernel> =
                         kernels.iter().map(|&j| &plan.kernels[j]).collect();
+                    let stages = kernel.stages.len();
+                    group = kernels.clone();
                     match row_step(g, &ks, kernel, &slots, &mut vals) {
-                        Ok(s) => vec![s],
+                        Ok(mut s) => {
+                            s.origin.decisions.push(format!(
+                                "reduction kernels {} merged into one row-reduction step of {stages} stages: the outputs of each but the last are read only by later ones over the same rows, and none is returned",
+                                list(&kernels)
+                            ));
+                            vec![s]
+                        }
                         // Not expected (the chain compiled when it was found): the kernels alone.
-                        Err(_) => each_kernel(g, ks, &mut vals)?,
+                        Err(e) => {
+                            let mut steps = each_kernel(g, ks, &mut vals)?;
+                            note(
+                                &mut steps,
+                                format!(
+                                    "reduction chain of kernels {} not built: {e}",
+                                    list(&kernels)
+                                ),
+                            );
+                            steps
+                        }
                     }
                 }
                 None => build_kernel(g, k, &mut vals)?,
             }
         };
-        let steps = materialize_unready(g, steps, &mut vals)?;
+        let mut steps = materialize_unready(g, steps, &mut vals)?;
+        for s in &mut steps {
+            if s.origin.kernels.is_empty() {
+                s.origin.kernels = group.iter().map(|&j| j as u32).collect();
+            }
+            for j in &group {
+                if let Some(ns) = notes.get(j) {
+                    s.origin.decisions.extend(ns.iter().cloned());
+                }
+            }
+        }
         mark_ready(&mut vals, &steps);
         program.steps.extend(steps);
     }
@@ -186,6 +247,25 @@ pub fn build_program(g: &Graph, plan: &FusionPlan) -> Result<(Program, BuildRepo
     program.values = vals.specs;
     report.count(&program.steps);
     Ok((program, report))
+}
+
+/// `[1, 2, 3]`: kernel numbers for decisions.
+fn list(ks: &[usize]) -> String {
+    format!(
+        "[{}]",
+        ks.iter()
+            .map(|k| k.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Records decision `why` on each of `steps`.
+fn note(steps: &mut [Step], why: impl Into<String>) {
+    let why = why.into();
+    for s in steps {
+        s.origin.decisions.push(why.clone());
+    }
 }
 
 /// The step of a fused attention, after an elementwise step for an operand that no earlier
@@ -219,6 +299,7 @@ fn attention_steps_in(
     let dst = vals.id(a.output)?;
     let launch = launch(vals, &srcs, &[dst], vec![a.spec.batch, 1]);
     steps.push(Step {
+        origin: Default::default(),
         nodes: a.nodes.iter().map(|&i| g.nodes[i].name.clone()).collect(),
         srcs,
         dsts: vec![dst],
@@ -248,7 +329,7 @@ fn recompute(g: &Graph, v: ValueRef, vals: &mut Values<'_>) -> Result<Vec<Step>,
     }
     // What the elementwise engine cannot compute (an `i64` arange, say) runs in the
     // interpreter; a chain of constants only is folded when the artifact is made.
-    let steps = match all_or_nothing(vals, |vals| {
+    let mut steps = match all_or_nothing(vals, |vals| {
         elementwise_steps(g, &chain, &[v], &BTreeSet::new(), vals)
     }) {
         Ok(steps) => steps,
@@ -257,6 +338,13 @@ fn recompute(g: &Graph, v: ValueRef, vals: &mut Values<'_>) -> Result<Vec<Step>,
             vec![fallback_step(g, &k, vals, reason)?]
         }
     };
+    note(
+        &mut steps,
+        format!(
+            "split: materializes '{}', which the fusion plan only recomputes inside kernels, as a later step reads it as an operand",
+            g.value_name(v)
+        ),
+    );
     mark_ready(vals, &steps);
     Ok(steps)
 }
@@ -321,7 +409,14 @@ fn build_kernel(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Ve
         KernelKind::Reduction if is_arg_reduction(g, k.root) => arg_steps(g, k, vals),
         KernelKind::Reduction => reduction_step(g, &[k], vals)
             .map(|s| vec![s])
-            .or_else(|e| reduction_then_epilogue(g, k, vals).ok_or(e)),
+            .or_else(|e| {
+                let mut steps = reduction_then_epilogue(g, k, vals).ok_or(e.clone())?;
+                note(
+                    &mut steps,
+                    format!("split: the reduction writes its results, then its epilogue runs as elementwise steps; as one row-reduction step: {e}"),
+                );
+                Ok(steps)
+            }),
     };
     match fast {
         Ok(steps) => Ok(steps),
@@ -386,6 +481,7 @@ fn elementwise_steps(
         by_shape.entry(shape).or_default().push(o);
     }
     let mut steps = vec![];
+    let shapes = by_shape.len();
     for (shape, roots) in by_shape {
         let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
         let mut slots = Slots::default();
@@ -401,12 +497,19 @@ fn elementwise_steps(
         let grid = vec![numel.div_ceil(fxhlo_runtime::fast::expr::TASK).max(1)];
         let launch = launch(vals, &srcs, &dsts, grid);
         steps.push(Step {
+            origin: Default::default(),
             nodes: members.iter().map(|&i| g.nodes[i].name.clone()).collect(),
             srcs,
             dsts,
             launch,
             kernel: Kernel::Elementwise(e),
         });
+    }
+    if shapes > 1 {
+        note(
+            &mut steps,
+            format!("split: the outputs have {shapes} shapes; one elementwise step per shape"),
+        );
     }
     Ok(steps)
 }
@@ -419,11 +522,16 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
     // The node whose value the product step writes: the root, or an add of a bias folded
     // into the product.
     let mut computed = root;
+    let mut decisions = vec![];
     let (kernel, operands, grid) = match k.kind {
         KernelKind::Matmul => {
             let mut m = super::dense::matmul_spec(g, root)?;
             if let Some(add) = super::dense::fold_bias(g, &mut m, root, &all, &k.outputs) {
                 computed = add;
+                decisions.push(format!(
+                    "bias add '{}' folded into the product (its only reader)",
+                    g.nodes[add].name
+                ));
             }
             let mut ops = vec![m.a, m.b];
             ops.extend(m.bias);
@@ -477,7 +585,14 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
     unfolded.sort();
     unfolded.dedup();
     if !unfolded.is_empty() {
-        let more = elementwise_steps(g, &prologue, &unfolded, &BTreeSet::new(), vals)?;
+        let mut more = elementwise_steps(g, &prologue, &unfolded, &BTreeSet::new(), vals)?;
+        let names: Vec<&str> = unfolded.iter().map(|&v| g.value_name(v)).collect();
+        note(
+            &mut more,
+            format!(
+                "split: operands {names:?} of the product are not a stride pattern over stored values; materialized first"
+            ),
+        );
         vals.ready.extend(unfolded);
         steps.extend(more);
     }
@@ -503,6 +618,10 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
         srcs,
         dsts: vec![dst],
         kernel,
+        origin: Origin {
+            kernels: vec![],
+            decisions,
+        },
     });
     let epilogue: BTreeSet<NodeId> = all
         .iter()
@@ -521,8 +640,23 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
     if !outs.is_empty() {
         let mut epi = elementwise_steps(g, &epilogue, &outs, &BTreeSet::from([product]), vals)?;
         let heavy = steps.last_mut().expect("pushed above");
-        if epi.len() == 1 && fuse_epilogue(heavy, &epi[0], dst, vals) {
-            epi.clear();
+        let fused = if epi.len() == 1 {
+            fuse_epilogue(heavy, &epi[0], dst, vals)
+        } else {
+            Err(format!("it is {} steps (one per output shape)", epi.len()))
+        };
+        match fused {
+            Ok(()) => {
+                heavy.origin.decisions.push(
+                    "epilogue fused into the product step: it reads the product elementwise over the product's index space and writes f32"
+                        .into(),
+                );
+                epi.clear();
+            }
+            Err(why) => note(
+                &mut epi,
+                format!("split: the epilogue runs as its own step after the product: {why}"),
+            ),
         }
         steps.extend(epi);
     }
@@ -531,18 +665,23 @@ fn heavy_steps(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Vec
 
 /// Moves an elementwise epilogue step into the matmul/conv step before it when the epilogue
 /// iterates over the product's flat index space and reads the product only elementwise (so it
-/// can run on each tile while the tile is hot). Returns whether it did.
-fn fuse_epilogue(heavy: &mut Step, epi: &Step, product: ValueId, vals: &Values<'_>) -> bool {
+/// can run on each tile while the tile is hot). Returns why it did not.
+fn fuse_epilogue(
+    heavy: &mut Step,
+    epi: &Step,
+    product: ValueId,
+    vals: &Values<'_>,
+) -> Result<(), String> {
     let Kernel::Elementwise(e) = &epi.kernel else {
-        return false;
+        return Err("it is not an elementwise step".into());
     };
     if e.numel() != vals.specs[product as usize].numel() {
-        return false;
+        return Err("it iterates over a different number of elements than the product".into());
     }
     // The fused epilogue stores f32 tiles (bf16 and f16 widened, rounded after the step); a
     // bool result (a mask) stays a step of its own.
     if (epi.dsts.iter()).any(|&v| !super::expr::is_f32_stored(vals.specs[v as usize].dtype)) {
-        return false;
+        return Err("a result is not stored as f32 (a mask)".into());
     }
     // Slots: the heavy step's operands, then the epilogue's other operands, then the product.
     let mut srcs = heavy.srcs.clone();
@@ -559,14 +698,14 @@ fn fuse_epilogue(heavy: &mut Step, epi: &Step, product: ValueId, vals: &Values<'
     let mut expr = e.clone();
     expr.map_slots(|s| map[s as usize].unwrap_or(product_slot));
     if !expr.reads_slot_elementwise(product_slot) {
-        return false;
+        return Err("it reads the product at other elements than the one it computes".into());
     }
     let epilogue = Some(Box::new(Epilogue { expr }));
     match &mut heavy.kernel {
         Kernel::Matmul { epilogue: slot, .. } | Kernel::Conv { epilogue: slot, .. } => {
             *slot = epilogue
         }
-        _ => return false,
+        _ => return Err("the step before it is not a matmul or convolution".into()),
     }
     heavy.srcs = srcs;
     heavy.dsts.extend(&epi.dsts);
@@ -577,7 +716,7 @@ fn fuse_epilogue(heavy: &mut Step, epi: &Step, product: ValueId, vals: &Values<'
         .chain(&heavy.dsts)
         .map(|&v| BlockSpec::whole(&vals.specs[v as usize].shape))
         .collect();
-    true
+    Ok(())
 }
 
 /// A reduction kernel with its prologue and epilogue.
@@ -636,6 +775,12 @@ fn arg_steps_of(g: &Graph, k: &FusionKernel, vals: &mut Values<'_>) -> Result<Ve
     }
     let arg = (ik.kernel, &ik.operands[..], &ik.results[..]);
     steps.push(node_step(g, k.root, arg, vals)?);
+    if !after.is_empty() {
+        note(
+            &mut steps,
+            "split: an arg-reduction runs as a step of its own, its epilogue as later steps",
+        );
+    }
     mark_ready(vals, &steps);
     let tail = outputs_of(k, &after);
     if tail.is_empty() {
@@ -804,6 +949,7 @@ fn row_step(
     let dsts = operand_ids(g, &last.outputs, &BTreeSet::new(), vals)?;
     let launch = launch(vals, &srcs, &dsts, vec![r.rows.max(1)]);
     Ok(Step {
+        origin: Default::default(),
         nodes: ks.iter().flat_map(|k| node_names(g, k)).collect(),
         srcs,
         dsts,
@@ -932,6 +1078,7 @@ fn node_step(
     let srcs = operand_ids(g, operands, &BTreeSet::from([n]), vals)?;
     let dsts = operand_ids(g, results, &BTreeSet::new(), vals)?;
     Ok(Step {
+        origin: Default::default(),
         nodes: vec![g.nodes[n].name.clone()],
         launch: launch(vals, &srcs, &dsts, vec![1]),
         srcs,
@@ -974,6 +1121,7 @@ pub fn fallback_step(
         .map(|&v| BlockSpec::whole(&vals.specs[v as usize].shape))
         .collect();
     Ok(Step {
+        origin: Default::default(),
         nodes: node_names(g, k),
         srcs,
         dsts,

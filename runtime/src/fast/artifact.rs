@@ -22,7 +22,7 @@ use std::io::Write;
 /// The first bytes of every artifact.
 pub const MAGIC: &[u8; 8] = b"FXHLOFXA";
 /// The artifact format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 10;
+pub const FORMAT_VERSION: u32 = 11;
 
 /// Everything a run needs, loadable without the compiler.
 #[derive(Clone, Debug, PartialEq)]

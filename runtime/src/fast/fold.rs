@@ -122,6 +122,7 @@ pub fn fold_constant_steps(
                 constants: used,
                 outputs: results.iter().map(|(v, _)| *v).collect(),
                 steps: steps.iter().map(|(_, s)| (*s).clone()).collect(),
+                folded: vec![],
             },
             graph: String::new(),
             stablehlo: Err("steps of constants only".into()),
@@ -146,6 +147,13 @@ pub fn fold_constant_steps(
         program.constants.push((v, name.clone()));
         constants.insert(name, t);
     }
+    program.folded.extend(
+        steps
+            .iter()
+            .flat_map(|(_, s)| s.origin.kernels.iter().copied()),
+    );
+    program.folded.sort_unstable();
+    program.folded.dedup();
     let mut folded = fold.iter();
     program.steps.retain(|_| folded.next() == Some(&false));
     // Constants only the folded steps read (`stays`: what the steps left and the outputs read).

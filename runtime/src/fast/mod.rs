@@ -119,6 +119,7 @@ pub mod exec;
 pub mod fold;
 pub mod memory;
 pub mod program;
+pub mod text;
 
 pub use artifact::{Artifact, ArtifactHeader};
 pub use exec::{ExecOptions, Executor};

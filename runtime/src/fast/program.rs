@@ -92,6 +92,29 @@ pub struct Step {
     pub launch: Launch,
     /// What runs.
     pub kernel: Kernel,
+    /// Where the step comes from in the fusion plan and why it has its shape (read by the text
+    /// form, never by the executor).
+    #[serde(default, skip_serializing_if = "Origin::is_empty")]
+    pub origin: Origin,
+}
+
+/// The fusion kernels a step computes and the decisions of the program builder
+/// (`fxhlo_lowering::kernels::build_program`) that merged or split them into steps, each with
+/// its reason, recorded where the decision is made (as XLA's `FusionDecision`).
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Origin {
+    /// Indices of the fusion plan's kernels (the numbering of `--print-fusion`) the step
+    /// computes all or part of.
+    pub kernels: Vec<u32>,
+    /// The merge/split decisions that shaped the step, in the order they were made.
+    pub decisions: Vec<String>,
+}
+
+impl Origin {
+    /// True if nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.kernels.is_empty() && self.decisions.is_empty()
+    }
 }
 
 impl Step {
@@ -205,6 +228,10 @@ pub struct Program {
     pub outputs: Vec<ValueId>,
     /// Steps in execution order.
     pub steps: Vec<Step>,
+    /// The fusion kernels (by [`Origin::kernels`] number) of the steps that read only
+    /// constants and ran when the artifact was made (`fast::fold`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folded: Vec<u32>,
 }
 
 mod dtype_name {
