@@ -1204,6 +1204,10 @@ thread_local! {
 /// each tap one load and one FMA per vector.
 const DW_BLOCK: usize = 64;
 
+/// The blocks after the last whole [`DW_BLOCK`]: one AVX-512 vector (a 7x7 layer's 77 wide
+/// outputs are one block and one of these, not two blocks).
+const DW_TAIL: usize = 16;
+
 /// Output elements per job of [`depthwise_image`] (whole channels, at least one): enough that
 /// a job's epilogue pass and its start cost little beside its taps (mobilenet_v3_small's
 /// 14x14 and 7x7 layers ran one channel per job before, a fifth of their time in the
@@ -1222,7 +1226,7 @@ struct DwPlan {
     rs: usize,
     /// Rows of a phase plane that taps read.
     rows: usize,
-    /// Wide output elements, a multiple of [`DW_BLOCK`].
+    /// Wide output elements, a multiple of [`DW_TAIL`].
     wide: usize,
     /// Elements per phase plane (the last blocks' reads past the rows included).
     plane: usize,
@@ -1239,7 +1243,7 @@ impl DwPlan {
         let (kh, kw) = (spec.kh, spec.kw);
         let rs = spec.ow + (kw - 1) * dw / sw;
         let rows = spec.oh + (kh - 1) * dh / sh;
-        let wide = (spec.oh * rs).next_multiple_of(DW_BLOCK);
+        let wide = (spec.oh * rs).next_multiple_of(DW_TAIL);
         let plane = wide + (rows - spec.oh) * rs + (rs - spec.ow);
         let mut offs = Vec::new();
         offs.try_reserve_exact(kh * kw)
@@ -1348,22 +1352,38 @@ super::simd::multiversion! {
 }
 
 /// `wide[i] = bias + sum_t wk[t] * planes[i + offs[t]]` for every `i` of `wide` (a multiple
-/// of [`DW_BLOCK`] long), the taps added in order, each with one rounding (FMA).
+/// of [`DW_TAIL`] long), the taps added in order, each with one rounding (FMA): blocks of
+/// [`DW_BLOCK`], then of [`DW_TAIL`].
 #[inline(always)]
 fn depthwise_taps_body(planes: &[f32], offs: &[usize], wk: &[f32], bias: f32, wide: &mut [f32]) {
-    for (blk, o) in wide.chunks_exact_mut(DW_BLOCK).enumerate() {
-        let i0 = blk * DW_BLOCK;
-        let mut acc = [bias; DW_BLOCK];
-        for (&off, &wv) in offs.iter().zip(wk) {
-            let src: &[f32; DW_BLOCK] = planes[i0 + off..i0 + off + DW_BLOCK]
-                .try_into()
-                .expect("a block");
-            for (a, &v) in acc.iter_mut().zip(src) {
-                *a = super::math::fma(wv, v, *a);
-            }
-        }
-        o.copy_from_slice(&acc);
+    let main = wide.len() - wide.len() % DW_BLOCK;
+    let (head, tail) = wide.split_at_mut(main);
+    for (blk, o) in head.chunks_exact_mut(DW_BLOCK).enumerate() {
+        taps_block::<DW_BLOCK>(planes, offs, wk, bias, blk * DW_BLOCK, o);
     }
+    for (blk, o) in tail.chunks_exact_mut(DW_TAIL).enumerate() {
+        taps_block::<DW_TAIL>(planes, offs, wk, bias, main + blk * DW_TAIL, o);
+    }
+}
+
+/// One block of [`depthwise_taps_body`]: outputs `i0..i0 + B` into `o`.
+#[inline(always)]
+fn taps_block<const B: usize>(
+    planes: &[f32],
+    offs: &[usize],
+    wk: &[f32],
+    bias: f32,
+    i0: usize,
+    o: &mut [f32],
+) {
+    let mut acc = [bias; B];
+    for (&off, &wv) in offs.iter().zip(wk) {
+        let src: &[f32; B] = planes[i0 + off..i0 + off + B].try_into().expect("a block");
+        for (a, &v) in acc.iter_mut().zip(src) {
+            *a = super::math::fma(wv, v, *a);
+        }
+    }
+    o.copy_from_slice(&acc);
 }
 
 /// One image of a convolution with one input channel per group, directly (see [`DwPlan`]):
@@ -1526,7 +1546,11 @@ mod tests {
             }
         });
         assert_eq!(r.unwrap_err(), "job 1");
-        assert_eq!(ran.into_inner(), 2, "in order on one thread: jobs after 1 are skipped");
+        assert_eq!(
+            ran.into_inner(),
+            2,
+            "in order on one thread: jobs after 1 are skipped"
+        );
     }
 
     #[test]
