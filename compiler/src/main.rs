@@ -611,16 +611,19 @@ fn bench(
     Ok(())
 }
 
-/// Steps by mean time per run, slowest first, with their kind, result shape and share.
+/// Steps by mean time per run, slowest first, with their kind, result shape, share and, for a
+/// convolution, its geometry and the nodes fused into it; then the time per kind.
 fn profile_table(a: &fxhlo_runtime::fast::Artifact, secs: &[f64], runs: usize) -> String {
     let p = &a.header.program;
     let total: f64 = secs.iter().sum::<f64>().max(1e-12);
+    let per_run = |t: f64| t * 1e3 / runs.max(1) as f64;
     let mut order: Vec<usize> = (0..secs.len()).collect();
     order.sort_by(|&x, &y| secs[y].total_cmp(&secs[x]));
     let mut out = format!(
         "step profile (mean of {runs} runs; {:.3} ms in steps per run)\n",
-        total * 1e3 / runs.max(1) as f64
+        per_run(total)
     );
+    let mut kinds: Vec<(String, f64, usize)> = vec![];
     for i in order {
         let s = &p.steps[i];
         let shape = s
@@ -628,16 +631,50 @@ fn profile_table(a: &fxhlo_runtime::fast::Artifact, secs: &[f64], runs: usize) -
             .first()
             .map(|&v| p.values[v as usize].type_string())
             .unwrap_or_default();
+        let (kind, detail) = step_detail(&s.kernel, s.nodes.len());
         out.push_str(&format!(
-            "  {:9.3} ms {:5.1}%  step {i:3} {:<11} {:<24} {}\n",
-            secs[i] * 1e3 / runs.max(1) as f64,
+            "  {:9.3} ms {:5.1}%  step {i:3} {:<11} {:<24} {shape}{detail}\n",
+            per_run(secs[i]),
             100.0 * secs[i] / total,
             s.kernel.kind(),
             s.name(),
-            shape
         ));
+        match kinds.iter_mut().find(|k| k.0 == kind) {
+            Some(k) => (k.1, k.2) = (k.1 + secs[i], k.2 + 1),
+            None => kinds.push((kind, secs[i], 1)),
+        }
     }
+    kinds.sort_by(|x, y| y.1.total_cmp(&x.1));
+    out.push_str("by kind:");
+    for (kind, t, n) in kinds {
+        out.push_str(&format!("  {kind} {:.3} ms ({n})", per_run(t)));
+    }
+    out.push('\n');
     out
+}
+
+/// A step's kind for the profile's totals (convolutions as depthwise, 1x1 or k x k) and, for a
+/// convolution, `  [cin->cout kh x kw s sh g groups] +N fused`.
+fn step_detail(k: &fxhlo_runtime::fast::Kernel, nodes: usize) -> (String, String) {
+    let fxhlo_runtime::fast::Kernel::Conv { spec: c, .. } = k else {
+        return (k.kind().to_string(), String::new());
+    };
+    let kind = if c.groups > 1 && c.groups == c.cin {
+        "conv depthwise"
+    } else if c.kh == 1 && c.kw == 1 {
+        "conv 1x1"
+    } else {
+        "conv kxk"
+    };
+    let fused = match nodes.saturating_sub(1) {
+        0 => String::new(),
+        n => format!(" +{n} fused"),
+    };
+    let detail = format!(
+        "  [{}->{} {}x{} s{} g{}]{fused}",
+        c.cin, c.cout, c.kh, c.kw, c.stride[0], c.groups
+    );
+    (kind.to_string(), detail)
 }
 
 /// One 64-byte aligned cache line of a benchmark's input or output buffer.

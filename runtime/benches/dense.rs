@@ -110,7 +110,7 @@ fn bench_conv(threads: usize, name: &str, spec: &ConvSpec, reps: usize) {
     let bias = fill(spec.cout, 3);
     let mut out = vec![0f32; spec.output_len()];
     let secs = time(reps, || {
-        conv2d(spec, &x, &w, Some(&bias), &mut out, &|_| {})
+        conv2d(spec, &x, &w, Some(&bias), &mut out, &|_| {}).unwrap()
     });
     report(name, threads, spec.flops() as f64, secs);
 }

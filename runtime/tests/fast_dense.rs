@@ -656,7 +656,8 @@ fn check_conv(spec: &ConvSpec, with_bias: bool, what: &str) {
                 *v = -*v;
             }
         }
-    });
+    })
+    .unwrap();
     assert!(
         seen.into_inner().unwrap().iter().all(|&c| c == 1),
         "{what}: the epilogue saw every element once"
@@ -842,7 +843,7 @@ fn conv_fused_relu_is_conv_then_relu() {
         let bv = rnd(spec.cout, 23);
         let b = bias.then_some(&bv[..]);
         let mut want = vec![0f32; spec.output_len()];
-        conv2d(&spec, &xv, &wv, b, &mut want, &|_| {});
+        conv2d(&spec, &xv, &wv, b, &mut want, &|_| {}).unwrap();
         for v in want.iter_mut() {
             *v = max_nan(*v, 0.0);
         }
@@ -852,7 +853,7 @@ fn conv_fused_relu_is_conv_then_relu() {
             bias: b,
             relu: true,
         };
-        conv2d_prepacked(&spec, &xv, &wv, pk.as_ref(), post, &mut got, &|_| {});
+        conv2d_prepacked(&spec, &xv, &wv, pk.as_ref(), post, &mut got, &|_| {}).unwrap();
         let what = format!("{x:?} cout {cout} k{k:?} s{s} g{g} bias {bias}");
         assert!(
             want.iter().any(|v| v.is_nan()),
@@ -920,6 +921,43 @@ fn conv_depthwise() {
     );
 }
 
+/// The depthwise kernel's edges: odd planes, every stride with padding and dilation, kernels
+/// wider than the input, one output, channels over several jobs (small planes) and planes
+/// split over the pool (large ones), multipliers, asymmetric geometry, with and without bias.
+#[test]
+fn conv_depthwise_edge_shapes() {
+    for (x, cout, k, s, p, d) in [
+        ([1, 3, 1, 1], 3, [1, 1], 1, 0, 1),
+        ([1, 3, 1, 1], 3, [3, 3], 1, 1, 1),
+        ([2, 5, 7, 9], 5, [3, 3], 1, 0, 1),
+        ([1, 5, 7, 9], 5, [3, 3], 2, 1, 1),
+        ([1, 5, 13, 11], 10, [5, 5], 2, 2, 1),
+        ([1, 4, 10, 10], 4, [3, 3], 3, 1, 1),
+        ([1, 4, 12, 17], 4, [3, 3], 2, 2, 2),
+        ([1, 4, 9, 9], 4, [7, 7], 1, 3, 1),
+        ([1, 2, 3, 4], 2, [5, 5], 1, 2, 1),
+        ([1, 6, 4, 3], 6, [3, 3], 1, 3, 2),
+        ([1, 200, 7, 7], 200, [5, 5], 1, 2, 1),
+        ([1, 96, 14, 14], 96, [3, 3], 2, 1, 1),
+        ([1, 8, 113, 97], 8, [3, 3], 2, 1, 1),
+        ([2, 3, 64, 70], 6, [3, 3], 1, 1, 1),
+    ] {
+        let g = x[1];
+        for bias in [true, false] {
+            check_conv(
+                &conv(x, cout, k, s, p, d, g),
+                bias,
+                &format!("depthwise {x:?} cout {cout} k{k:?} s{s} p{p} d{d} bias {bias}"),
+            );
+        }
+    }
+    // Asymmetric stride, padding, dilation and kernel.
+    let s = ConvSpec::new([1, 3, 11, 14], [3, 1, 3, 2], [2, 1], [1, 0], [1, 2], 3).unwrap();
+    check_conv(&s, true, "depthwise asymmetric");
+    let s = ConvSpec::new([1, 4, 9, 8], [4, 1, 1, 5], [1, 3], [0, 2], [1, 1], 4).unwrap();
+    check_conv(&s, false, "depthwise 1x5 stride 1x3");
+}
+
 #[test]
 fn conv_validate_errors() {
     assert!(ConvSpec::new([1, 4, 5, 5], [4, 3, 3, 3], [1, 1], [0, 0], [1, 1], 1).is_err());
@@ -954,6 +992,10 @@ fn conv_bitwise_same_on_1_and_2_threads() {
         conv([3, 16, 20, 20], 24, [3, 3], 1, 1, 1, 1),
         conv([1, 32, 40, 40], 16, [3, 3], 2, 1, 1, 1),
         conv([2, 8, 30, 30], 8, [3, 3], 1, 1, 1, 8),
+        // Depthwise over several jobs, on the pool (many outputs) and not.
+        conv([1, 16, 112, 112], 16, [3, 3], 2, 1, 1, 16),
+        conv([1, 64, 120, 120], 64, [3, 3], 1, 1, 1, 64),
+        conv([1, 576, 7, 7], 576, [5, 5], 1, 2, 1, 576),
         conv([1, 64, 16, 16], 32, [1, 1], 1, 0, 1, 1),
         // One image, one tile: the GEMM itself is split over the pool.
         conv([1, 256, 7, 7], 128, [3, 3], 1, 1, 1, 1),
@@ -966,7 +1008,7 @@ fn conv_bitwise_same_on_1_and_2_threads() {
         let b = rnd(spec.cout, 3);
         let run = |threads: usize| {
             let mut o = vec![0.0f32; spec.output_len()];
-            pool(threads).install(|| conv2d(&spec, &x, &w, Some(&b), &mut o, &|_| {}));
+            pool(threads).install(|| conv2d(&spec, &x, &w, Some(&b), &mut o, &|_| {}).unwrap());
             o
         };
         let (a, c) = (run(1), run(2));
@@ -1314,7 +1356,7 @@ fn conv_with_prepacked_weights_gives_the_same_bits() {
         let wv = rnd(spec.weight_len(), 2);
         let bv = rnd(spec.cout, 3);
         let mut want = vec![0f32; spec.output_len()];
-        conv2d(&spec, &xv, &wv, Some(&bv), &mut want, &|_| {});
+        conv2d(&spec, &xv, &wv, Some(&bv), &mut want, &|_| {}).unwrap();
         let pk = prepack_weights(&spec, &wv).expect("a GEMM convolution");
         let mut got = vec![f32::NAN; spec.output_len()];
         conv2d_prepacked(
@@ -1328,7 +1370,8 @@ fn conv_with_prepacked_weights_gives_the_same_bits() {
             },
             &mut got,
             &|_| {},
-        );
+        )
+        .unwrap();
         assert!(
             got.iter()
                 .zip(&want)

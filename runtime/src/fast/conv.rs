@@ -18,6 +18,8 @@ use super::SendPtr;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// The geometry of one 2-D convolution. Input `[n, cin, h, w]`, weight
 /// `[cout, cin / groups, kh, kw]`, optional bias `[cout]`, output `[n, cout, oh, ow]`, all
@@ -278,6 +280,10 @@ thread_local! {
 /// `[n * cout, oh * ow]` (bias applied), from the worker that computed it while the tile is in
 /// cache; the tiles cover the output exactly once.
 ///
+/// # Errors
+/// When its scratch memory cannot be allocated (near the process's memory limit); the output
+/// is then partly written.
+///
 /// # Panics
 /// If [`ConvSpec::validate`] fails for these buffers: callers validate first.
 pub fn conv2d(
@@ -287,7 +293,7 @@ pub fn conv2d(
     bias: Option<&[f32]>,
     out: &mut [f32],
     epilogue: &(dyn Fn(&mut Tile) + Sync),
-) {
+) -> Result<(), String> {
     conv2d_prepacked(spec, x, w, None, Post { bias, relu: false }, out, epilogue)
 }
 
@@ -322,17 +328,71 @@ pub struct ConvPacked {
 /// testdata model, all of whose products are below 1.2 MFLOP, 0.524 -> 0.461 ms unsplit.
 const SPLIT_FLOPS: f64 = 8e6;
 
+/// Output elements from which a convolution of fewer than [`SPLIT_FLOPS`] is split over the
+/// pool all the same: where few multiply-adds make each output (depthwise convolutions, a
+/// 3-channel stem) the stores and the fused epilogue are the work. mobilenet_v3_small on 2
+/// threads (`fxhlo bench`, fastest of 40 runs on a loaded machine, two alternating runs): 3.8
+/// and 3.6 ms splitting by multiply-adds alone, 3.1 and 3.3 ms with this.
+const SPLIT_OUTPUTS: usize = 50_000;
+
 /// Runs `f(j)` for the jobs `j` in `0..n` of a convolution: on the pool, or in order on this
-/// thread when the whole convolution is below [`SPLIT_FLOPS`], where waking another worker
-/// costs more than it saves (resnet18's 7x7 stem of 16 channels, 4.8 MFLOP, took 0.052 ms on
+/// thread when the whole convolution is below [`SPLIT_FLOPS`] and [`SPLIT_OUTPUTS`], where
+/// waking another worker costs more than it saves (resnet18's 7x7 stem of 16 channels, 4.8 MFLOP, took 0.052 ms on
 /// one thread and 0.061 split over two). Each job computes its outputs alone, so the bits do
-/// not depend on the choice.
-pub(super) fn for_jobs(spec: &ConvSpec, n: usize, f: impl Fn(usize) + Send + Sync) {
-    if (spec.flops() as f64) < SPLIT_FLOPS {
-        (0..n).for_each(f);
+/// not depend on the choice. The first error of a job (its scratch could not be allocated) is
+/// returned, and the jobs not yet started are skipped.
+pub(super) fn try_for_jobs(
+    spec: &ConvSpec,
+    n: usize,
+    f: impl Fn(usize) -> Result<(), String> + Send + Sync,
+) -> Result<(), String> {
+    let first = Mutex::new(None);
+    let failed = AtomicBool::new(false);
+    let run = |j: usize| {
+        if failed.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = f(j) {
+            failed.store(true, Ordering::Relaxed);
+            first
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get_or_insert(e);
+        }
+    };
+    let small = (spec.flops() as f64) < SPLIT_FLOPS && spec.output_len() < SPLIT_OUTPUTS;
+    if small || n < 2 {
+        (0..n).for_each(run);
     } else {
-        (0..n).into_par_iter().for_each(f);
+        (0..n).into_par_iter().for_each(run);
     }
+    match first
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The first `len` floats of the scratch `v` (grown zeroed as needed, 64-byte aligned), or
+/// an error naming the size if the allocation fails.
+pub(super) fn try_aligned(v: &mut LineVec<f32>, len: usize) -> Result<&mut [f32], String> {
+    super::memory::try_grow_zeroed(v, len).map_err(|e| format!("convolution scratch: {e}"))?;
+    Ok(&mut v[..len])
+}
+
+/// `n` zeros, or an error naming the size if the allocation fails.
+fn try_vec<T: Clone>(n: usize, zero: T, what: &str) -> Result<Vec<T>, String> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| {
+        format!(
+            "convolution {what}: cannot allocate {n} elements of {} bytes: {e}",
+            std::mem::size_of::<T>()
+        )
+    })?;
+    v.resize(n, zero);
+    Ok(v)
 }
 
 /// Output positions per image up to which a convolution runs transposed (see [`ConvPacked`]).
@@ -382,6 +442,9 @@ pub fn prepack_weights(spec: &ConvSpec, w: &[f32]) -> Option<ConvPacked> {
 /// [`conv2d`] with the weights packed by [`prepack_weights`] (then `w` is only checked), and
 /// the bias and a ReLU as `post`.
 ///
+/// # Errors
+/// As [`conv2d`].
+///
 /// # Panics
 /// If [`ConvSpec::validate`] fails for these buffers, or `packed` does not fit the spec.
 pub fn conv2d_prepacked(
@@ -392,7 +455,7 @@ pub fn conv2d_prepacked(
     post: Post<'_>,
     out: &mut [f32],
     epilogue: &(dyn Fn(&mut Tile) + Sync),
-) {
+) -> Result<(), String> {
     let bias = post.bias;
     if let Some(pk) = packed {
         let (cout_g, kdim) = (
@@ -410,7 +473,7 @@ pub fn conv2d_prepacked(
         panic!("invalid convolution: {e}");
     }
     if out.is_empty() {
-        return;
+        return Ok(());
     }
     let img_in = spec.cin * spec.h * spec.w;
     let cin_g = spec.cin / spec.groups;
@@ -421,14 +484,14 @@ pub fn conv2d_prepacked(
         _ => None,
     };
     let packed = packed.or(packed_now.as_ref());
-    for_jobs(spec, spec.n, |i| {
+    try_for_jobs(spec, spec.n, |i| {
         let ximg = &x[i * img_in..(i + 1) * img_in];
         if cin_g == 1 {
-            depthwise_image(spec, i, ximg, w, post, optr, epilogue);
+            depthwise_image(spec, i, ximg, w, post, optr, epilogue)
         } else {
-            gemm_image(spec, i, ximg, (w, packed), post, optr, epilogue);
+            gemm_image(spec, i, ximg, (w, packed), post, optr, epilogue)
         }
-    });
+    })
 }
 
 /// Image `img` by im2col tiles and GEMM; `out` is the whole output.
@@ -440,15 +503,13 @@ fn gemm_image(
     post: Post<'_>,
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
-) {
+) -> Result<(), String> {
     #[cfg(target_arch = "x86_64")]
     if let Some(ww) = packed.and_then(|pk| pk.wino.as_ref()) {
-        super::winograd::image(spec, img, x, ww, post, out, epilogue);
-        return;
+        return super::winograd::image(spec, img, x, ww, post, out, epilogue);
     }
     if let (true, Some(pk)) = (spec.implicit_ok(), packed) {
-        implicit_image(spec, img, x, pk, post, out, epilogue);
-        return;
+        return implicit_image(spec, img, x, pk, post, out, epilogue);
     }
     let g = spec.groups;
     let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
@@ -463,7 +524,7 @@ fn gemm_image(
     // same). Below `SPLIT_FLOPS` waking the other workers costs more than it saves.
     let flops = 2.0 * cout_g as f64 * tile as f64 * kdim as f64;
     let inner = spec.n * g * tiles < 4 && flops >= SPLIT_FLOPS;
-    for_jobs(spec, g * tiles, |job| {
+    try_for_jobs(spec, g * tiles, |job| {
         let (grp, t) = (job / tiles, job % tiles);
         let p0 = t * tile;
         let nt = tile.min(p - p0);
@@ -492,66 +553,72 @@ fn gemm_image(
             }
             // SAFETY: `b` holds `kdim` rows of `nt` columns at row stride `b_rs`, or their
             // packed layout; `wg` is `cout_g x kdim`; `dst` as above, disjoint from both.
-            unsafe { multiply(&prob, inner) };
+            unsafe { multiply(&prob, inner) }
         };
         // Few positions with the weights' transpose packed: `out^T = cols^T @ W^T` into a
         // scratch tile, then transposed into place.
         let wt = packed
             .and_then(|pk| pk.wt.as_ref())
             .filter(|_| nt <= SMALL_OUTPUT);
-        let transposed = |cols: Mat| {
+        let transposed = |cols: Mat| -> Result<(), String> {
             let wt = wt.expect("checked by the caller");
-            let mut ct = vec![0f32; nt * cout_g];
+            let mut ct = try_vec(nt * cout_g, 0f32, "transposed tile")?;
             let mut prob = Problem::new(nt, cout_g, kdim, cols, cols, ct.as_mut_ptr(), cout_g);
             prob.packed_b = wt[grp].as_ptr();
             // SAFETY: `cols` reads `nt x kdim` elements of the job's own input or scratch;
             // the transposed weights are `kdim x cout_g`; `ct` is the `nt x cout_g` result.
-            unsafe { multiply(&prob, inner) };
+            unsafe { multiply(&prob, inner) }?;
             for (q, row) in ct.chunks_exact(cout_g).enumerate() {
                 for (co, &v) in row.iter().enumerate() {
                     // SAFETY: inside this job's rectangle (see `dst`).
                     unsafe { *dst.add(co * p + q) = v };
                 }
             }
+            Ok(())
         };
         if pointwise && wt.is_some() {
-            transposed(Mat::new(xg[p0..].as_ptr(), 1, hw as isize));
+            transposed(Mat::new(xg[p0..].as_ptr(), 1, hw as isize))?;
         } else if pointwise {
-            run(&xg[p0..], hw, false);
+            run(&xg[p0..], hw, false)?;
         } else if wt.is_some() && gathers_rows(spec) {
             // Few positions: row `l` of the im2col matrix as `nt` values at `l * nt` (the
             // transposed product's `A`), no zero columns up to the panel width.
             let mut cols =
                 SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), LineVec::new(64)));
-            let data = sgemm::aligned(&mut cols, kdim * nt);
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `gathers_rows` checked the CPU; `data` holds `kdim` rows of `nt`.
-            unsafe {
-                im2col_gather(spec, xg, cin_g, p0, nt, Dest::Rows(&mut *data))
-            };
-            transposed(Mat::new(data.as_ptr(), 1, nt as isize));
+            let res = try_aligned(&mut cols, kdim * nt).and_then(|data| {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `gathers_rows` checked the CPU; `data` holds `kdim` rows of `nt`.
+                unsafe {
+                    im2col_gather(spec, xg, cin_g, p0, nt, Dest::Rows(&mut *data))?
+                };
+                transposed(Mat::new(data.as_ptr(), 1, nt as isize))
+            });
             SCRATCH.with(|s| *s.borrow_mut() = cols);
+            res?;
         } else {
             // im2col straight into the GEMM's packed layout.
             let len = PackedB::len_for(kdim, nt);
             let mut cols =
                 SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), LineVec::new(64)));
-            let data = sgemm::aligned(&mut cols, len);
-            im2col(
-                spec,
-                xg,
-                cin_g,
-                p0,
-                nt,
-                &mut Packed::new(&mut *data, kdim, nt),
-            );
-            if wt.is_some() {
-                // One panel of `nr >= nt` columns: row `l` of the im2col matrix is at `l * nr`.
-                transposed(Mat::new(data.as_ptr(), 1, sgemm::arch().nr as isize));
-            } else {
-                run(data, nt, true);
-            }
+            let res = try_aligned(&mut cols, len).and_then(|data| {
+                im2col(
+                    spec,
+                    xg,
+                    cin_g,
+                    p0,
+                    nt,
+                    &mut Packed::new(&mut *data, kdim, nt),
+                )?;
+                if wt.is_some() {
+                    // One panel of `nr >= nt` columns: row `l` of the im2col matrix is at
+                    // `l * nr`.
+                    transposed(Mat::new(data.as_ptr(), 1, sgemm::arch().nr as isize))
+                } else {
+                    run(data, nt, true)
+                }
+            });
             SCRATCH.with(|s| *s.borrow_mut() = cols);
+            res?;
         }
         // SAFETY: this job's rectangle, as above.
         let mut tile = unsafe { Tile::new(out.get(), p, row0..row0 + cout_g, p0..p0 + nt) };
@@ -560,7 +627,8 @@ fn gemm_image(
             apply_post(tile.row(row0 + co), bv, post.relu);
         }
         epilogue(&mut tile);
-    });
+        Ok(())
+    })
 }
 
 /// Bytes of zero-padded input per band of [`implicit_image`]: about a quarter of L2, so that
@@ -588,7 +656,7 @@ fn implicit_image(
     post: Post<'_>,
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
-) {
+) -> Result<(), String> {
     let g = spec.groups;
     let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
     let [ph, pw] = spec.padding;
@@ -608,10 +676,12 @@ fn implicit_image(
     let band_rows = (fit / tile_rows).max(1) * tile_rows;
     let pplane = (band_rows.min(spec.oh) + halo) * wq;
     let plane = phases * pplane;
-    let mut offs = Vec::with_capacity(cin_g * spec.kh * spec.kw);
+    let mut offs = Vec::new();
+    offs.try_reserve_exact(cin_g * spec.kh * spec.kw)
+        .map_err(|e| format!("convolution tap offsets: {e}"))?;
     // The phases some tap reads (all four of stride 2 but for a 1x1 kernel, or a dilation of
     // 2); the others are not filled.
-    let mut used = vec![false; phases];
+    let mut used = try_vec(phases, false, "phases")?;
     for ci in 0..cin_g {
         for ky in 0..spec.kh {
             for kx in 0..spec.kw {
@@ -627,114 +697,127 @@ fn implicit_image(
         let arch = sgemm::arch_for(cout_g);
         (arch.mr, arch.nr)
     };
-    let mut data = PADDED.with(|b| std::mem::take(&mut *b.borrow_mut()));
-    data.resize(spec.cin * plane, 0.0);
-    for y0 in (0..spec.oh).step_by(band_rows) {
-        let y1 = (y0 + band_rows).min(spec.oh);
-        // Row `r` of phase `(py, px)` of each channel is padded row `Y = (y0 + r) * sh + py`,
-        // input row `Y - ph` (zeros outside the image); its column `q` is input column `q *
-        // sw + px - pw`.
-        for (ci, pl) in data.chunks_exact_mut(plane).enumerate() {
-            for (phase, pp) in pl.chunks_exact_mut(pplane).enumerate() {
-                if !used[phase] {
-                    continue;
-                }
-                let (py, px) = (phase / sw, phase % sw);
-                // Columns `lo..hi` of every row lie inside the input row, from input column
-                // `ix0` on (`ix0 >= 0` where `lo < hi`: `lo` is the first column inside).
-                let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
-                let hi = hi.min(wq);
-                let lo = lo.min(hi);
-                let ix0 = ((lo * sw) as isize + off).max(0) as usize;
-                for (r, row) in pp.chunks_exact_mut(wq).take(y1 - y0 + halo).enumerate() {
-                    let iy = ((y0 + r) * sh + py).checked_sub(ph).filter(|&iy| iy < h);
-                    let Some(iy) = iy else {
-                        row.fill(0.0);
-                        continue;
-                    };
-                    let src = &x[(ci * h + iy) * w..][..w];
-                    row[..lo].fill(0.0);
-                    row[hi..].fill(0.0);
-                    if lo == hi {
+    // The bands, in this thread's scratch `data` (put back whatever the outcome).
+    let bands = |data: &mut Vec<f32>| -> Result<(), String> {
+        let n = spec.cin * plane;
+        data.try_reserve(n.saturating_sub(data.len()))
+            .map_err(|e| format!("convolution padded input of {n} floats: {e}"))?;
+        data.resize(n, 0.0);
+        for y0 in (0..spec.oh).step_by(band_rows) {
+            let y1 = (y0 + band_rows).min(spec.oh);
+            // Row `r` of phase `(py, px)` of each channel is padded row `Y = (y0 + r) * sh + py`,
+            // input row `Y - ph` (zeros outside the image); its column `q` is input column `q *
+            // sw + px - pw`.
+            for (ci, pl) in data.chunks_exact_mut(plane).enumerate() {
+                for (phase, pp) in pl.chunks_exact_mut(pplane).enumerate() {
+                    if !used[phase] {
                         continue;
                     }
-                    let row = &mut row[lo..hi];
-                    if sw == 1 {
-                        row.copy_from_slice(&src[ix0..ix0 + row.len()]);
-                    } else {
-                        for (j, v) in row.iter_mut().enumerate() {
-                            *v = src[ix0 + j * sw];
+                    let (py, px) = (phase / sw, phase % sw);
+                    // Columns `lo..hi` of every row lie inside the input row, from input column
+                    // `ix0` on (`ix0 >= 0` where `lo < hi`: `lo` is the first column inside).
+                    let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
+                    let hi = hi.min(wq);
+                    let lo = lo.min(hi);
+                    let ix0 = ((lo * sw) as isize + off).max(0) as usize;
+                    for (r, row) in pp.chunks_exact_mut(wq).take(y1 - y0 + halo).enumerate() {
+                        let iy = ((y0 + r) * sh + py).checked_sub(ph).filter(|&iy| iy < h);
+                        let Some(iy) = iy else {
+                            row.fill(0.0);
+                            continue;
+                        };
+                        let src = &x[(ci * h + iy) * w..][..w];
+                        row[..lo].fill(0.0);
+                        row[hi..].fill(0.0);
+                        if lo == hi {
+                            continue;
+                        }
+                        let row = &mut row[lo..hi];
+                        if sw == 1 {
+                            row.copy_from_slice(&src[ix0..ix0 + row.len()]);
+                        } else {
+                            for (j, v) in row.iter_mut().enumerate() {
+                                *v = src[ix0 + j * sw];
+                            }
                         }
                     }
                 }
             }
-        }
-        let data = &data[..];
-        let offs = &offs[..];
-        let jobs = (y1 - y0).div_ceil(tile_rows);
-        for_jobs(spec, g * jobs, |job| {
-            let (grp, t) = (job / jobs, job % jobs);
-            let r0 = y0 + t * tile_rows;
-            let r1 = (r0 + tile_rows).min(y1);
-            let (p0, nt) = (r0 * ow, (r1 - r0) * ow);
-            let row0 = img * spec.cout + grp * cout_g;
-            let pg = &data[grp * cin_g * plane..(grp + 1) * cin_g * plane];
-            let bases: Vec<*const f32> = (0..nt / 16)
-                .map(|jb| {
+            let data = &data[..];
+            let offs = &offs[..];
+            let jobs = (y1 - y0).div_ceil(tile_rows);
+            try_for_jobs(spec, g * jobs, |job| {
+                let (grp, t) = (job / jobs, job % jobs);
+                let r0 = y0 + t * tile_rows;
+                let r1 = (r0 + tile_rows).min(y1);
+                let (p0, nt) = (r0 * ow, (r1 - r0) * ow);
+                let row0 = img * spec.cout + grp * cout_g;
+                let pg = &data[grp * cin_g * plane..(grp + 1) * cin_g * plane];
+                let mut bases: Vec<*const f32> = Vec::new();
+                bases
+                    .try_reserve_exact(nt / 16)
+                    .map_err(|e| format!("convolution tile bases: {e}"))?;
+                bases.extend((0..nt / 16).map(|jb| {
                     let q = p0 + 16 * jb;
                     pg[(q / ow - y0) * wq + q % ow..].as_ptr()
-                })
-                .collect();
-            let fused = sgemm::Post {
-                bias: post
-                    .bias
-                    .map_or(std::ptr::null(), |b| b[grp * cout_g..].as_ptr()),
-                relu: post.relu,
-            };
-            // SAFETY: every tap of these positions is inside the band (rows `r0 - y0 .. r1 -
-            // y0 + halo` and columns up to `ow - 1 + (kw - 1) * dw / sw < wq` of a phase
-            // plane: `(ow - 1) * sw + (kw - 1) * dw` is at most the last padded column), the
-            // weights are packed for `cout_g x kdim`, the job writes
-            // rows `row0..row0 + cout_g`, columns `p0..p0 + nt` of the output viewed as
-            // `[n * cout, p]` (jobs own disjoint rectangles), and the bias holds this group's
-            // `cout_g` rows.
-            let dst = out.get().wrapping_add(row0 * p + p0);
-            let done = unsafe {
-                sgemm::gemm_indirect(&pk.a[grp], &bases, offs, dst, p, fused, &mut |jg, qi| {
-                    // The output lines of the same rows one group of bases ahead, for
-                    // writing: a tile's stores would otherwise each wait for memory.
-                    let c0 = (jg + 1) * cols_per;
-                    if c0 < nt {
-                        let cols = cols_per.min(nt - c0);
-                        for r in qi * mr..((qi + 1) * mr).min(cout_g) {
-                            super::simd::prefetch_write(dst.wrapping_add(r * p + c0), cols);
+                }));
+                let fused = sgemm::Post {
+                    bias: post
+                        .bias
+                        .map_or(std::ptr::null(), |b| b[grp * cout_g..].as_ptr()),
+                    relu: post.relu,
+                };
+                // SAFETY: every tap of these positions is inside the band (rows `r0 - y0 .. r1 -
+                // y0 + halo` and columns up to `ow - 1 + (kw - 1) * dw / sw < wq` of a phase
+                // plane: `(ow - 1) * sw + (kw - 1) * dw` is at most the last padded column), the
+                // weights are packed for `cout_g x kdim`, the job writes
+                // rows `row0..row0 + cout_g`, columns `p0..p0 + nt` of the output viewed as
+                // `[n * cout, p]` (jobs own disjoint rectangles), and the bias holds this group's
+                // `cout_g` rows.
+                let dst = out.get().wrapping_add(row0 * p + p0);
+                let done = unsafe {
+                    sgemm::gemm_indirect(&pk.a[grp], &bases, offs, dst, p, fused, &mut |jg, qi| {
+                        // The output lines of the same rows one group of bases ahead, for
+                        // writing: a tile's stores would otherwise each wait for memory.
+                        let c0 = (jg + 1) * cols_per;
+                        if c0 < nt {
+                            let cols = cols_per.min(nt - c0);
+                            for r in qi * mr..((qi + 1) * mr).min(cout_g) {
+                                super::simd::prefetch_write(dst.wrapping_add(r * p + c0), cols);
+                            }
                         }
-                    }
-                })
-            };
-            assert!(done, "implicit_ok checked the kernel");
-            // SAFETY: this job's rectangle, as above.
-            let mut tile = unsafe { Tile::new(out.get(), p, row0..row0 + cout_g, p0..p0 + nt) };
-            epilogue(&mut tile);
-        });
-    }
+                    })
+                };
+                assert!(done, "implicit_ok checked the kernel");
+                // SAFETY: this job's rectangle, as above.
+                let mut tile = unsafe { Tile::new(out.get(), p, row0..row0 + cout_g, p0..p0 + nt) };
+                epilogue(&mut tile);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    };
+    let mut data = PADDED.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    let res = bands(&mut data);
     PADDED.with(|b| *b.borrow_mut() = data);
+    res
 }
 
 /// One product of a convolution's job: split over the pool with `split` (see `SPLIT_FLOPS`),
-/// else on the calling thread alone.
+/// else on the calling thread alone. Its packing scratch is allocated fallibly.
 ///
 /// # Safety
 /// As for [`sgemm::gemm`].
-unsafe fn multiply(prob: &Problem, split: bool) {
+unsafe fn multiply(prob: &Problem, split: bool) -> Result<(), String> {
     // SAFETY: the caller's.
     unsafe {
         if split {
-            sgemm::gemm(std::slice::from_ref(prob), &|_, _, _| {});
+            sgemm::try_gemm(std::slice::from_ref(prob), &|_, _, _| {})
         } else {
-            sgemm::gemm_serial(prob);
+            sgemm::try_gemm_serial(prob)
         }
     }
+    .map_err(|e| e.to_string())
 }
 
 /// Adds `bias` to each element of `row`, then applies the ReLU if `relu`.
@@ -837,24 +920,29 @@ fn gathers_rows(spec: &ConvSpec) -> bool {
 /// The im2col slice of output positions `p0..p0 + nt` for one group: row
 /// `(ci * kh + ky) * kw + kx`, column `q`, is the input at the tap of output position `p0 + q`,
 /// or 0 in the padding.
-fn im2col(spec: &ConvSpec, xg: &[f32], cin_g: usize, p0: usize, nt: usize, dst: &mut Packed<'_>) {
+fn im2col(
+    spec: &ConvSpec,
+    xg: &[f32],
+    cin_g: usize,
+    p0: usize,
+    nt: usize,
+    dst: &mut Packed<'_>,
+) -> Result<(), String> {
     #[cfg(target_arch = "x86_64")]
     {
         if super::simd::has_avx512() {
             // SAFETY: the CPU has these features (checked just above).
-            unsafe {
+            return unsafe {
                 if gathers_rows(spec) && dst.nr.is_multiple_of(16) {
-                    im2col_gather(spec, xg, cin_g, p0, nt, Dest::Packed(dst));
+                    im2col_gather(spec, xg, cin_g, p0, nt, Dest::Packed(dst))
                 } else {
-                    im2col_avx512(spec, xg, cin_g, p0, nt, dst);
+                    im2col_avx512(spec, xg, cin_g, p0, nt, dst)
                 }
-            }
-            return;
+            };
         }
         if super::simd::has_avx2() {
             // SAFETY: as above.
-            unsafe { im2col_avx2(spec, xg, cin_g, p0, nt, dst) };
-            return;
+            return unsafe { im2col_avx2(spec, xg, cin_g, p0, nt, dst) };
         }
     }
     im2col_body::<super::simd::PlainMoves>(spec, xg, cin_g, p0, nt, dst)
@@ -869,7 +957,7 @@ unsafe fn im2col_avx512(
     p0: usize,
     nt: usize,
     dst: &mut Packed<'_>,
-) {
+) -> Result<(), String> {
     im2col_body::<super::simd::Avx512Moves>(spec, xg, cin_g, p0, nt, dst)
 }
 
@@ -890,7 +978,7 @@ unsafe fn im2col_gather(
     p0: usize,
     nt: usize,
     dst: Dest<'_, '_>,
-) {
+) -> Result<(), String> {
     use std::arch::x86_64::*;
     let (h, w, ow) = (spec.h, spec.w, spec.ow);
     let [sh, sw] = spec.stride;
@@ -909,8 +997,8 @@ unsafe fn im2col_gather(
     // Per tap and group of 16 columns: the taps' offsets in a channel's plane, and which lie
     // inside it.
     let taps = spec.kh * spec.kw;
-    let mut index = vec![[0i32; 16]; taps * groups];
-    let mut valid = vec![0u16; taps * groups];
+    let mut index = try_vec(taps * groups, [0i32; 16], "gather indices")?;
+    let mut valid = try_vec(taps * groups, 0u16, "gather masks")?;
     for ky in 0..spec.kh {
         for kx in 0..spec.kw {
             let t = ky * spec.kw + kx;
@@ -992,6 +1080,7 @@ unsafe fn im2col_gather(
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -1003,7 +1092,7 @@ unsafe fn im2col_avx2(
     p0: usize,
     nt: usize,
     dst: &mut Packed<'_>,
-) {
+) -> Result<(), String> {
     im2col_body::<super::simd::Avx2Moves>(spec, xg, cin_g, p0, nt, dst)
 }
 
@@ -1015,7 +1104,7 @@ fn im2col_body<M: super::simd::Moves>(
     p0: usize,
     nt: usize,
     dst: &mut Packed<'_>,
-) {
+) -> Result<(), String> {
     // The columns past `nt` in the last panel of each row are zero.
     if !nt.is_multiple_of(sgemm::arch().nr) {
         for r in 0..dst.k {
@@ -1029,7 +1118,9 @@ fn im2col_body<M: super::simd::Moves>(
     let [dh, dw] = spec.dilation;
     // The tile's runs of positions within one output row and one packed panel: the same for
     // every row of the matrix, so the divisions are done once per tile, not once per row.
-    let mut segs = Vec::with_capacity(nt / dst.nr + nt / ow.max(1) + 2);
+    let mut segs = Vec::new();
+    segs.try_reserve_exact(nt / dst.nr + nt / ow.max(1) + 2)
+        .map_err(|e| format!("convolution im2col runs: {e}"))?;
     let mut q = 0;
     while q < nt {
         let pos = p0 + q;
@@ -1088,6 +1179,7 @@ fn im2col_body<M: super::simd::Moves>(
             }
         }
     }
+    Ok(())
 }
 
 /// A run of an im2col tile's positions inside one output row and one packed panel.
@@ -1102,8 +1194,201 @@ struct Seg {
     len: usize,
 }
 
-/// One image of a convolution with one input channel per group, directly: output channel
-/// `oc` reads input channel `oc / (cout / groups)`.
+thread_local! {
+    /// Each thread's buffer for [`depthwise_image`]: one input channel's phase planes, then
+    /// the wide output rows of a channel.
+    static DEPTHWISE: RefCell<LineVec<f32>> = RefCell::new(LineVec::new(64));
+}
+
+/// Output positions per block of the depthwise kernel: four AVX-512 vectors of accumulators,
+/// each tap one load and one FMA per vector.
+const DW_BLOCK: usize = 64;
+
+/// The blocks after the last whole [`DW_BLOCK`]: one AVX-512 vector (a 7x7 layer's 77 wide
+/// outputs are one block and one of these, not two blocks).
+const DW_TAIL: usize = 16;
+
+/// Output elements per job of [`depthwise_image`] (whole channels, at least one): enough that
+/// a job's epilogue pass and its start cost little beside its taps (mobilenet_v3_small's
+/// 14x14 and 7x7 layers ran one channel per job before, a fifth of their time in the
+/// per-channel epilogue calls).
+const DW_JOB: usize = 4096;
+
+/// The geometry of [`depthwise_image`]: like [`implicit_image`], each input channel is copied
+/// zero-padded into `sh * sw` phase planes (phase `(py, px)` holds padded element `(Y, X)`
+/// with `Y % sh == py`, `X % sw == px` at `(Y / sh, X / sw)`), rows of `rs` elements. Output
+/// `(oy, ox)` reads tap `(ky, kx)` at `(oy + ky * dh / sh, ox + kx * dw / sw)` of one plane,
+/// so with the output laid out in rows of `rs` too ("wide", the last `rs - ow` columns of
+/// each row thrown away), output `i = oy * rs + ox` reads element `i + off(ky, kx)` of the
+/// planes: every tap is one unit-stride run over the whole channel.
+struct DwPlan {
+    /// Row length of the planes and of the wide output.
+    rs: usize,
+    /// Rows of a phase plane that taps read.
+    rows: usize,
+    /// Wide output elements, a multiple of [`DW_TAIL`].
+    wide: usize,
+    /// Elements per phase plane (the last blocks' reads past the rows included).
+    plane: usize,
+    /// Per tap `(ky, kx)` in order, its offset in the planes.
+    offs: Vec<usize>,
+    /// Which phase planes some tap reads (the others are not filled).
+    used: Vec<bool>,
+}
+
+impl DwPlan {
+    fn new(spec: &ConvSpec) -> Result<DwPlan, String> {
+        let [sh, sw] = spec.stride;
+        let [dh, dw] = spec.dilation;
+        let (kh, kw) = (spec.kh, spec.kw);
+        let rs = spec.ow + (kw - 1) * dw / sw;
+        let rows = spec.oh + (kh - 1) * dh / sh;
+        let wide = (spec.oh * rs).next_multiple_of(DW_TAIL);
+        let plane = wide + (rows - spec.oh) * rs + (rs - spec.ow);
+        let mut offs = Vec::new();
+        offs.try_reserve_exact(kh * kw)
+            .map_err(|e| format!("depthwise taps: {e}"))?;
+        let mut used = Vec::new();
+        used.try_reserve_exact(sh * sw)
+            .map_err(|e| format!("depthwise phases: {e}"))?;
+        used.resize(sh * sw, false);
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let (y, x) = (ky * dh, kx * dw);
+                let phase = (y % sh) * sw + x % sw;
+                used[phase] = true;
+                offs.push(phase * plane + (y / sh) * rs + x / sw);
+            }
+        }
+        Ok(DwPlan {
+            rs,
+            rows,
+            wide,
+            plane,
+            offs,
+            used,
+        })
+    }
+
+    /// Floats of scratch per thread: the planes, then the wide output.
+    fn scratch(&self, spec: &ConvSpec) -> usize {
+        spec.stride[0] * spec.stride[1] * self.plane + self.wide
+    }
+
+    /// Copies input channel `x` (`h x w`) into its phase planes, with the best moves for this
+    /// CPU.
+    fn fill(&self, spec: &ConvSpec, x: &[f32], planes: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+            unsafe fn avx512(plan: &DwPlan, spec: &ConvSpec, x: &[f32], planes: &mut [f32]) {
+                plan.fill_body::<super::simd::Avx512Moves>(spec, x, planes)
+            }
+            #[target_feature(enable = "avx2")]
+            unsafe fn avx2(plan: &DwPlan, spec: &ConvSpec, x: &[f32], planes: &mut [f32]) {
+                plan.fill_body::<super::simd::Avx2Moves>(spec, x, planes)
+            }
+            if super::simd::has_avx512() {
+                // SAFETY: the CPU has these features (checked just now).
+                return unsafe { avx512(self, spec, x, planes) };
+            }
+            if super::simd::has_avx2() {
+                // SAFETY: as above.
+                return unsafe { avx2(self, spec, x, planes) };
+            }
+        }
+        self.fill_body::<super::simd::PlainMoves>(spec, x, planes)
+    }
+
+    #[inline(always)]
+    fn fill_body<M: super::simd::Moves>(&self, spec: &ConvSpec, x: &[f32], planes: &mut [f32]) {
+        let (h, w) = (spec.h, spec.w);
+        let [sh, sw] = spec.stride;
+        let [ph, pw] = spec.padding;
+        let rs = self.rs;
+        for (phase, pp) in planes.chunks_exact_mut(self.plane).enumerate() {
+            if !self.used[phase] {
+                continue;
+            }
+            let (py, px) = (phase / sw, phase % sw);
+            // Columns `lo..hi` lie inside the input row, from input column `ix0` on.
+            let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
+            let hi = hi.min(rs);
+            let lo = lo.min(hi);
+            let ix0 = ((lo * sw) as isize + off).max(0) as usize;
+            for (r, row) in pp.chunks_exact_mut(rs).take(self.rows).enumerate() {
+                let iy = (r * sh + py).checked_sub(ph).filter(|&iy| iy < h);
+                let Some(iy) = iy else {
+                    M::zero(row);
+                    continue;
+                };
+                let src = &x[iy * w..(iy + 1) * w];
+                M::zero(&mut row[..lo]);
+                M::zero(&mut row[hi..]);
+                let row = &mut row[lo..hi];
+                if sw == 1 {
+                    M::copy(row, &src[ix0..ix0 + row.len()]);
+                } else if sw == 2 && !row.is_empty() {
+                    M::copy_every2(row, &src[ix0..ix0 + 2 * row.len() - 1]);
+                } else {
+                    for (j, v) in row.iter_mut().enumerate() {
+                        *v = src[ix0 + j * sw];
+                    }
+                }
+            }
+        }
+    }
+}
+
+super::simd::multiversion! {
+    /// [`depthwise_taps_body`] in the best compiled copy for this CPU.
+    fn depthwise_taps<'a>(
+        planes: &'a [f32],
+        offs: &'a [usize],
+        wk: &'a [f32],
+        bias: f32,
+        wide: &'a mut [f32],
+    ) => depthwise_taps_body
+}
+
+/// `wide[i] = bias + sum_t wk[t] * planes[i + offs[t]]` for every `i` of `wide` (a multiple
+/// of [`DW_TAIL`] long), the taps added in order, each with one rounding (FMA): blocks of
+/// [`DW_BLOCK`], then of [`DW_TAIL`].
+#[inline(always)]
+fn depthwise_taps_body(planes: &[f32], offs: &[usize], wk: &[f32], bias: f32, wide: &mut [f32]) {
+    let main = wide.len() - wide.len() % DW_BLOCK;
+    let (head, tail) = wide.split_at_mut(main);
+    for (blk, o) in head.chunks_exact_mut(DW_BLOCK).enumerate() {
+        taps_block::<DW_BLOCK>(planes, offs, wk, bias, blk * DW_BLOCK, o);
+    }
+    for (blk, o) in tail.chunks_exact_mut(DW_TAIL).enumerate() {
+        taps_block::<DW_TAIL>(planes, offs, wk, bias, main + blk * DW_TAIL, o);
+    }
+}
+
+/// One block of [`depthwise_taps_body`]: outputs `i0..i0 + B` into `o`.
+#[inline(always)]
+fn taps_block<const B: usize>(
+    planes: &[f32],
+    offs: &[usize],
+    wk: &[f32],
+    bias: f32,
+    i0: usize,
+    o: &mut [f32],
+) {
+    let mut acc = [bias; B];
+    for (&off, &wv) in offs.iter().zip(wk) {
+        let src: &[f32; B] = planes[i0 + off..i0 + off + B].try_into().expect("a block");
+        for (a, &v) in acc.iter_mut().zip(src) {
+            *a = super::math::fma(wv, v, *a);
+        }
+    }
+    o.copy_from_slice(&acc);
+}
+
+/// One image of a convolution with one input channel per group, directly (see [`DwPlan`]):
+/// output channel `oc` reads input channel `oc / (cout / groups)`. Jobs of whole channels;
+/// each output is its bias plus the taps in order, so the bits do not depend on the jobs.
 fn depthwise_image(
     spec: &ConvSpec,
     img: usize,
@@ -1112,60 +1397,49 @@ fn depthwise_image(
     post: Post<'_>,
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
-) {
+) -> Result<(), String> {
     let (h, wd, oh, ow) = (spec.h, spec.w, spec.oh, spec.ow);
-    let (kh, kw) = (spec.kh, spec.kw);
+    let taps = spec.kh * spec.kw;
     let cout_g = spec.cout / spec.groups;
-    let [sh, sw] = spec.stride;
-    let [ph, pw] = spec.padding;
-    let [dh, dw] = spec.dilation;
     let p = oh * ow;
-    for_jobs(spec, spec.cout, |oc| {
-        let row = img * spec.cout + oc;
-        // SAFETY: plane `oc` of image `img`, written by this task alone.
-        let mut tile = unsafe { Tile::new(out.get(), p, row..row + 1, 0..p) };
-        let oplane = tile.row(row);
-        let ci = oc / cout_g;
-        let plane = &x[ci * h * wd..(ci + 1) * h * wd];
-        let wk = &w[oc * kh * kw..(oc + 1) * kh * kw];
-        let b0 = post.bias.map_or(0.0, |b| b[oc]);
-        // Valid output column range per kx.
-        let ranges: Vec<(usize, usize, isize)> = (0..kw)
-            .map(|kx| {
-                let (lo, hi, off) = valid_cols(kx, dw, pw, sw, wd);
-                (lo.min(ow), hi.min(ow), off)
-            })
-            .collect();
-        for (oy, orow) in oplane.chunks_exact_mut(ow).enumerate() {
-            orow.fill(b0);
-            for ky in 0..kh {
-                let iy = (oy * sh + ky * dh) as isize - ph as isize;
-                if iy < 0 || iy >= h as isize {
-                    continue;
+    let plan = DwPlan::new(spec)?;
+    let need = plan.scratch(spec);
+    let per_job = (DW_JOB / p.max(1)).clamp(1, spec.cout);
+    let jobs = spec.cout.div_ceil(per_job);
+    try_for_jobs(spec, jobs, |job| {
+        let (c0, c1) = (job * per_job, ((job + 1) * per_job).min(spec.cout));
+        let mut buf = DEPTHWISE.with(|b| std::mem::replace(&mut *b.borrow_mut(), LineVec::new(64)));
+        let res = try_aligned(&mut buf, need).map(|scratch| {
+            let (planes, wide) = scratch.split_at_mut(need - plan.wide);
+            let mut filled = None;
+            for oc in c0..c1 {
+                let ci = oc / cout_g;
+                if filled != Some(ci) {
+                    plan.fill(spec, &x[ci * h * wd..(ci + 1) * h * wd], planes);
+                    filled = Some(ci);
                 }
-                let xrow = &plane[iy as usize * wd..(iy as usize + 1) * wd];
-                for (kx, &(lo, hi, off)) in ranges.iter().enumerate() {
-                    if lo >= hi {
-                        continue;
-                    }
-                    let wv = wk[ky * kw + kx];
-                    let ix0 = (lo as isize * sw as isize + off) as usize;
-                    let o = &mut orow[lo..hi];
-                    if sw == 1 {
-                        for (d, &s) in o.iter_mut().zip(&xrow[ix0..ix0 + (hi - lo)]) {
-                            *d += wv * s;
-                        }
-                    } else {
-                        for (j, d) in o.iter_mut().enumerate() {
-                            *d += wv * xrow[ix0 + j * sw];
-                        }
-                    }
+                let wk = &w[oc * taps..(oc + 1) * taps];
+                let b0 = post.bias.map_or(0.0, |b| b[oc]);
+                depthwise_taps(planes, &plan.offs, wk, b0, wide);
+                let row = img * spec.cout + oc;
+                // SAFETY: plane `oc` of image `img`, written by this job alone.
+                let oplane = unsafe { std::slice::from_raw_parts_mut(out.get().add(row * p), p) };
+                for (o, src) in oplane.chunks_exact_mut(ow).zip(wide.chunks(plan.rs)) {
+                    o.copy_from_slice(&src[..ow]);
+                }
+                if post.relu {
+                    apply_post(oplane, None, true);
                 }
             }
-        }
-        apply_post(tile.row(row), None, post.relu);
+        });
+        DEPTHWISE.with(|b| *b.borrow_mut() = buf);
+        res?;
+        let rows = img * spec.cout + c0..img * spec.cout + c1;
+        // SAFETY: planes `c0..c1` of image `img`, written by this job alone.
+        let mut tile = unsafe { Tile::new(out.get(), p, rows, 0..p) };
         epilogue(&mut tile);
-    });
+        Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -1215,7 +1489,8 @@ mod tests {
                 let len = sgemm::PackedB::len_for(kdim, nt);
                 let (mut want, mut got) = (vec![f32::NAN; len], vec![f32::NAN; len]);
                 let plain = &mut Packed::new(&mut want, kdim, nt);
-                im2col_body::<crate::fast::simd::PlainMoves>(&spec, &x, cin, p0, nt, plain);
+                im2col_body::<crate::fast::simd::PlainMoves>(&spec, &x, cin, p0, nt, plain)
+                    .unwrap();
                 // SAFETY: the CPU has AVX-512 (checked above).
                 unsafe {
                     im2col_gather(
@@ -1226,6 +1501,7 @@ mod tests {
                         nt,
                         Dest::Packed(&mut Packed::new(&mut got, kdim, nt)),
                     )
+                    .unwrap()
                 };
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "{spec:?} positions {p0}+{nt}");
@@ -1235,7 +1511,9 @@ mod tests {
                     let nr = sgemm::arch().nr;
                     let mut rows = vec![f32::NAN; kdim * nt + 3];
                     // SAFETY: as above.
-                    unsafe { im2col_gather(&spec, &x, cin, p0, nt, Dest::Rows(&mut rows)) };
+                    unsafe {
+                        im2col_gather(&spec, &x, cin, p0, nt, Dest::Rows(&mut rows)).unwrap()
+                    };
                     let want_rows: Vec<f32> = (0..kdim)
                         .flat_map(|l| want[l * nr..l * nr + nt].iter().copied())
                         .collect();
@@ -1247,6 +1525,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Scratch that cannot be allocated is an error naming its size, not an abort, and the
+    /// first job's error is the convolution's, with the jobs after it skipped.
+    #[test]
+    fn scratch_failure_is_an_error() {
+        let mut v = LineVec::new(64);
+        let e = try_aligned(&mut v, usize::MAX / 8).unwrap_err();
+        assert!(e.contains("convolution scratch"), "{e}");
+        assert!(try_vec(usize::MAX / 8, 0f32, "tile").is_err());
+        let spec = ConvSpec::new([1, 4, 8, 8], [4, 1, 3, 3], [1, 1], [1, 1], [1, 1], 4).unwrap();
+        let ran = std::sync::atomic::AtomicUsize::new(0);
+        let r = try_for_jobs(&spec, 5, |j| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            if j >= 1 {
+                Err(format!("job {j}"))
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(r.unwrap_err(), "job 1");
+        assert_eq!(
+            ran.into_inner(),
+            2,
+            "in order on one thread: jobs after 1 are skipped"
+        );
     }
 
     #[test]

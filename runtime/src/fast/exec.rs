@@ -942,6 +942,37 @@ fn run_kernel(
             }
             Ok(())
         }
+        (
+            Kernel::Conv {
+                spec,
+                bias,
+                epilogue,
+            },
+            [Dst::F32(out), outs @ ..],
+        ) => {
+            let bias = if *bias { Some(f32_src(srcs, 2)?) } else { None };
+            let (out, mut epi) =
+                FusedEpilogue::new(epilogue.as_deref(), srcs, out, outs, in_place)?;
+            let post = super::conv::Post {
+                bias,
+                relu: epi.take_relu(),
+            };
+            let packed = match packed {
+                Some(Prepacked::ConvWeights(w)) => Some(w),
+                _ => None,
+            };
+            // The only error left is the convolution's scratch memory.
+            super::conv::conv2d_prepacked(
+                spec,
+                f32_src(srcs, 0)?,
+                f32_src(srcs, 1)?,
+                packed,
+                post,
+                out,
+                &|t| epi.tile(t),
+            )
+            .map_err(KernelError::OutOfMemory)
+        }
         (k, dsts) => run_other_kernel(k, srcs, dsts, packed, in_place),
     }
 }
@@ -980,36 +1011,6 @@ fn run_other_kernel(
                 relu,
                 &|t| epi.tile(t),
             )?;
-            Ok(())
-        }
-        (
-            Kernel::Conv {
-                spec,
-                bias,
-                epilogue,
-            },
-            [Dst::F32(out), outs @ ..],
-        ) => {
-            let bias = if *bias { Some(f32_src(srcs, 2)?) } else { None };
-            let (out, mut epi) =
-                FusedEpilogue::new(epilogue.as_deref(), srcs, out, outs, in_place)?;
-            let post = super::conv::Post {
-                bias,
-                relu: epi.take_relu(),
-            };
-            let packed = match packed {
-                Some(Prepacked::ConvWeights(w)) => Some(w),
-                _ => None,
-            };
-            super::conv::conv2d_prepacked(
-                spec,
-                f32_src(srcs, 0)?,
-                f32_src(srcs, 1)?,
-                packed,
-                post,
-                out,
-                &|t| epi.tile(t),
-            );
             Ok(())
         }
         (Kernel::Pool(spec), [Dst::F32(out)]) => {

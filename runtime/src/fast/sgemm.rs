@@ -15,7 +15,7 @@
 //! tile of `C` is handed to the caller's `finish` callback while it is still in cache (bias,
 //! fused epilogue).
 
-use super::memory::{grow_zeroed, line_zeros, try_aligned, KernelError, LineVec};
+use super::memory::{line_zeros, try_aligned, KernelError, LineVec};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
@@ -1126,12 +1126,6 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch { a: LineVec::new(64), b: LineVec::new(64) });
-}
-
-/// The first `len` floats of `v` (grown as needed): a 64-byte aligned scratch block.
-pub(crate) fn aligned(v: &mut LineVec<f32>, len: usize) -> &mut [f32] {
-    grow_zeroed(v, len);
-    &mut v[..len]
 }
 
 /// Packs rows `r0..r0+mc`, columns `p0..p0+kc` of `a` into panels of `mr` rows: panel `q`

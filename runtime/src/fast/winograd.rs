@@ -29,7 +29,7 @@
 //! paddings and channel counts against the reference interpreter. Runs only on AVX-512 CPUs
 //! (the transforms are written for them); `FXHLO_NO_WINOGRAD=1` turns it off.
 
-use super::conv::{ConvSpec, Post};
+use super::conv::{try_aligned, ConvSpec, Post};
 use super::gemm::Tile;
 use super::memory::LineVec;
 use super::sgemm::{self, Mat, PackedA};
@@ -130,7 +130,7 @@ thread_local! {
 
 /// Image `img` (`x` is its input, `[cin, h, w]`) into `out` (the whole output), bias and ReLU
 /// from `post`, then `epilogue` on each job's rows of the output viewed as
-/// `[n * cout, oh * ow]`.
+/// `[n * cout, oh * ow]`. `Err` when a job's scratch cannot be allocated.
 pub(crate) fn image(
     spec: &ConvSpec,
     img: usize,
@@ -139,7 +139,7 @@ pub(crate) fn image(
     post: Post<'_>,
     out: SendPtr,
     epilogue: &(dyn Fn(&mut Tile) + Sync),
-) {
+) -> Result<(), String> {
     let im = Image {
         spec,
         img,
@@ -153,14 +153,14 @@ pub(crate) fn image(
     let per_row = 16 * (spec.cin + spec.cout) * tw16 * 4;
     let rows = (JOB_BYTES / per_row).clamp(1, th);
     let jobs = th.div_ceil(rows);
-    super::conv::for_jobs(spec, jobs, |j| {
+    super::conv::try_for_jobs(spec, jobs, |j| {
         let ty0 = j * rows;
         let ty1 = (ty0 + rows).min(th);
         BUFS.with(|b| {
             let mut b = b.borrow_mut();
             let [split, v, m] = &mut *b;
-            job(&im, (ty0, ty1), [split, v, m]);
-        });
+            job(&im, (ty0, ty1), [split, v, m])
+        })?;
         let oy0 = 2 * ty0;
         let oy1 = (2 * ty1).min(spec.oh);
         let row0 = img * spec.cout;
@@ -176,7 +176,8 @@ pub(crate) fn image(
             )
         };
         epilogue(&mut tile);
-    });
+        Ok(())
+    })
 }
 
 /// What the jobs of one image share: the convolution, the image's index and input, the
@@ -191,8 +192,12 @@ struct Image<'a> {
 }
 
 /// Tile rows `ty0..ty1` of an image: split rows, input transform, 16 products, output
-/// transform.
-fn job(im: &Image<'_>, (ty0, ty1): (usize, usize), [split, v, m]: [&mut LineVec<f32>; 3]) {
+/// transform. `Err` when its scratch cannot be allocated.
+fn job(
+    im: &Image<'_>,
+    (ty0, ty1): (usize, usize),
+    [split, v, m]: [&mut LineVec<f32>; 3],
+) -> Result<(), String> {
     let Image {
         spec,
         img,
@@ -208,19 +213,26 @@ fn job(im: &Image<'_>, (ty0, ty1): (usize, usize), [split, v, m]: [&mut LineVec<
     // Input rows 2 ty0 - ph .. 2 ty1 - ph + 2, each as even and odd columns of the padded row.
     let half = tw16 + 1;
     let nrows = 2 * nty + 2;
-    let split = sgemm::aligned(split, cin * nrows * 2 * half);
+    let split = try_aligned(split, cin * nrows * 2 * half)?;
     split_rows(spec, x, 2 * ty0, nrows, half, split);
     // The 16 planes of V and of M, each a line longer than its matrix: planes a power of
     // two apart would map the 16 loads or stores of a tile to one set of L1.
     let (vplane, mplane) = (cin * t + LANES, cout * t + LANES);
-    let v = sgemm::aligned(v, 16 * vplane);
+    let v = try_aligned(v, 16 * vplane)?;
     input_transform(split, cin, nrows, half, tw16, nty, vplane, v);
-    let m = sgemm::aligned(m, 16 * mplane);
-    let offs: Vec<usize> = (0..cin).map(|l| l * t).collect();
+    let m = try_aligned(m, 16 * mplane)?;
+    let mut offs: Vec<usize> = Vec::new();
+    offs.try_reserve_exact(cin)
+        .map_err(|e| format!("winograd offsets: {e}"))?;
+    offs.extend((0..cin).map(|l| l * t));
     // While the products run: this job's output rows (for writing) and the input rows that
     // the next job adds, so that neither the output transform nor the next split waits on
     // memory (runs of a few lines each, too short for the hardware prefetcher).
     let mut ahead = Ahead::default();
+    ahead
+        .runs
+        .try_reserve_exact(cout + cin)
+        .map_err(|e| format!("winograd prefetch runs: {e}"))?;
     let (oh, ow, h, w) = (spec.oh, spec.ow, spec.h, spec.w);
     let (oy0, oy1) = (2 * ty0, (2 * ty1).min(oh));
     for co in 0..cout {
@@ -244,7 +256,10 @@ fn job(im: &Image<'_>, (ty0, ty1): (usize, usize), [split, v, m]: [&mut LineVec<
     let arch = sgemm::arch_for(cout);
     let tiles = 16 * (t / LANES).div_ceil(arch.nr / LANES) * cout.div_ceil(arch.mr);
     ahead.spread(tiles * 3 / 4);
-    let mut bases: Vec<*const f32> = Vec::with_capacity(t / LANES);
+    let mut bases: Vec<*const f32> = Vec::new();
+    bases
+        .try_reserve_exact(t / LANES)
+        .map_err(|e| format!("winograd tile bases: {e}"))?;
     for (xi, u) in ww.u.iter().enumerate() {
         let vx = &v[xi * vplane..xi * vplane + cin * t];
         bases.clear();
@@ -267,6 +282,7 @@ fn job(im: &Image<'_>, (ty0, ty1): (usize, usize), [split, v, m]: [&mut LineVec<
     }
     ahead.finish();
     output_transform(im, (ty0, ty1), tw16, mplane, m);
+    Ok(())
 }
 
 /// Cache lines to prefetch a few at a time: runs of floats, each for reading or writing.
