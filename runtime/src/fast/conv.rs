@@ -659,7 +659,7 @@ fn implicit_image(
 ) -> Result<(), String> {
     let g = spec.groups;
     let (cin_g, cout_g) = (spec.cin / g, spec.cout / g);
-    let [ph, pw] = spec.padding;
+    let [_, pw] = spec.padding;
     let [dh, dw] = spec.dilation;
     let [sh, sw] = spec.stride;
     let (h, w, ow) = (spec.h, spec.w, spec.ow);
@@ -713,34 +713,9 @@ fn implicit_image(
                     if !used[phase] {
                         continue;
                     }
-                    let (py, px) = (phase / sw, phase % sw);
-                    // Columns `lo..hi` of every row lie inside the input row, from input column
-                    // `ix0` on (`ix0 >= 0` where `lo < hi`: `lo` is the first column inside).
-                    let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
-                    let hi = hi.min(wq);
-                    let lo = lo.min(hi);
-                    let ix0 = ((lo * sw) as isize + off).max(0) as usize;
-                    for (r, row) in pp.chunks_exact_mut(wq).take(y1 - y0 + halo).enumerate() {
-                        let iy = ((y0 + r) * sh + py).checked_sub(ph).filter(|&iy| iy < h);
-                        let Some(iy) = iy else {
-                            row.fill(0.0);
-                            continue;
-                        };
-                        let src = &x[(ci * h + iy) * w..][..w];
-                        row[..lo].fill(0.0);
-                        row[hi..].fill(0.0);
-                        if lo == hi {
-                            continue;
-                        }
-                        let row = &mut row[lo..hi];
-                        if sw == 1 {
-                            row.copy_from_slice(&src[ix0..ix0 + row.len()]);
-                        } else {
-                            for (j, v) in row.iter_mut().enumerate() {
-                                *v = src[ix0 + j * sw];
-                            }
-                        }
-                    }
+                    let rows = y1 - y0 + halo;
+                    let channel = &x[ci * h * w..(ci + 1) * h * w];
+                    fill_phase::<super::simd::PlainMoves>(spec, channel, pp, phase, wq, rows, y0);
                 }
             }
             let data = &data[..];
@@ -1302,39 +1277,59 @@ impl DwPlan {
 
     #[inline(always)]
     fn fill_body<M: super::simd::Moves>(&self, spec: &ConvSpec, x: &[f32], planes: &mut [f32]) {
-        let (h, w) = (spec.h, spec.w);
-        let [sh, sw] = spec.stride;
-        let [ph, pw] = spec.padding;
-        let rs = self.rs;
         for (phase, pp) in planes.chunks_exact_mut(self.plane).enumerate() {
             if !self.used[phase] {
                 continue;
             }
-            let (py, px) = (phase / sw, phase % sw);
-            // Columns `lo..hi` lie inside the input row, from input column `ix0` on.
-            let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
-            let hi = hi.min(rs);
-            let lo = lo.min(hi);
-            let ix0 = ((lo * sw) as isize + off).max(0) as usize;
-            for (r, row) in pp.chunks_exact_mut(rs).take(self.rows).enumerate() {
-                let iy = (r * sh + py).checked_sub(ph).filter(|&iy| iy < h);
-                let Some(iy) = iy else {
-                    M::zero(row);
-                    continue;
-                };
-                let src = &x[iy * w..(iy + 1) * w];
-                M::zero(&mut row[..lo]);
-                M::zero(&mut row[hi..]);
-                let row = &mut row[lo..hi];
-                if sw == 1 {
-                    M::copy(row, &src[ix0..ix0 + row.len()]);
-                } else if sw == 2 && !row.is_empty() {
-                    M::copy_every2(row, &src[ix0..ix0 + 2 * row.len() - 1]);
-                } else {
-                    for (j, v) in row.iter_mut().enumerate() {
-                        *v = src[ix0 + j * sw];
-                    }
-                }
+            fill_phase::<M>(spec, x, pp, phase, self.rs, self.rows, 0);
+        }
+    }
+}
+
+/// Fills phase plane `pp` (`rows` rows of `rs` values) of one input channel `x` (`h x w`):
+/// its row `r` is padded input row `Y = (y0 + r) * sh + py` (input row `Y - ph`), its column
+/// `q` input column `q * sw + px - pw`, zero outside the image; phase `(py, px)` is
+/// `(phase / sw, phase % sw)`. Shared by the implicit GEMM's bands and the depthwise planes.
+#[inline(always)]
+fn fill_phase<M: super::simd::Moves>(
+    spec: &ConvSpec,
+    x: &[f32],
+    pp: &mut [f32],
+    phase: usize,
+    rs: usize,
+    rows: usize,
+    y0: usize,
+) {
+    let (h, w) = (spec.h, spec.w);
+    let [sh, sw] = spec.stride;
+    let [ph, pw] = spec.padding;
+    let (py, px) = (phase / sw, phase % sw);
+    // Columns `lo..hi` of every row lie inside the input row, from input column `ix0` on
+    // (`ix0 >= 0` where `lo < hi`: `lo` is the first column inside).
+    let (lo, hi, off) = valid_cols(px, 1, pw, sw, w);
+    let hi = hi.min(rs);
+    let lo = lo.min(hi);
+    let ix0 = ((lo * sw) as isize + off).max(0) as usize;
+    for (r, row) in pp.chunks_exact_mut(rs).take(rows).enumerate() {
+        let iy = ((y0 + r) * sh + py).checked_sub(ph).filter(|&iy| iy < h);
+        let Some(iy) = iy else {
+            M::zero(row);
+            continue;
+        };
+        let src = &x[iy * w..(iy + 1) * w];
+        M::zero(&mut row[..lo]);
+        M::zero(&mut row[hi..]);
+        let row = &mut row[lo..hi];
+        if row.is_empty() {
+            continue;
+        }
+        if sw == 1 {
+            M::copy(row, &src[ix0..ix0 + row.len()]);
+        } else if sw == 2 {
+            M::copy_every2(row, &src[ix0..ix0 + 2 * row.len() - 1]);
+        } else {
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = src[ix0 + j * sw];
             }
         }
     }
