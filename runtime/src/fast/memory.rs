@@ -52,11 +52,10 @@ pub fn try_grow_zeroed<T: bytemuck::Zeroable + Copy>(
 ) -> Result<(), String> {
     let len = v.len();
     if n > len {
-        v.try_reserve(n - len).map_err(|e| {
+        line_reserve(v, n - len).map_err(|e| {
             format!(
-                "cannot allocate {n} elements of {} bytes: {}",
-                std::mem::size_of::<T>(),
-                reserve_error(e)
+                "cannot allocate {n} elements of {} bytes: {e}",
+                std::mem::size_of::<T>()
             )
         })?;
     }
@@ -147,7 +146,7 @@ impl<T: Clone> Growable<T> for Vec<T> {
 
 impl<T: Clone> Growable<T> for LineVec<T> {
     fn try_reserve_more(&mut self, extra: usize) -> Result<(), String> {
-        self.try_reserve(extra).map_err(|e| reserve_error(e).into())
+        line_reserve(self, extra).map_err(Into::into)
     }
     fn set_len_to(&mut self, n: usize, x: T) {
         self.resize(n, x);
@@ -176,11 +175,24 @@ pub fn try_aligned<T: bytemuck::Zeroable + Copy>(
 ) -> Result<&mut [T], KernelError> {
     let have = v.len();
     if len > have {
-        v.try_reserve(len - have)
-            .map_err(|e| alloc_error::<T>(len, reserve_error(e)))?;
+        line_reserve(v, len - have).map_err(|e| alloc_error::<T>(len, e))?;
     }
     grow_zeroed(v, len);
     Ok(&mut v[..len])
+}
+
+/// Reserves room for `extra` more elements in `v`, or says why not. A size past `isize::MAX`
+/// bytes is refused here: `aligned_vec` would build an invalid layout for it (a debug
+/// build's precondition check aborts the process).
+fn line_reserve<T>(v: &mut LineVec<T>, extra: usize) -> Result<(), &'static str> {
+    let bytes = v
+        .len()
+        .checked_add(extra)
+        .and_then(|n| n.checked_mul(std::mem::size_of::<T>()));
+    match bytes {
+        Some(b) if b <= isize::MAX as usize - 64 => v.try_reserve(extra).map_err(reserve_error),
+        _ => Err("capacity overflow"),
+    }
 }
 
 /// What a failed [`LineVec`] reservation means, in words.
