@@ -942,6 +942,21 @@ fn run_kernel(
             }
             Ok(())
         }
+        (k, dsts) => run_other_kernel(k, srcs, dsts, packed, in_place),
+    }
+}
+
+/// [`run_kernel`] of every kernel but the elementwise one.
+fn run_other_kernel(
+    k: &Kernel,
+    srcs: &[Src<'_>],
+    dsts: &mut [Dst<'_>],
+    packed: Option<&Prepacked>,
+    in_place: bool,
+) -> Result<(), KernelError> {
+    match (k, dsts) {
+        (Kernel::Elementwise(_), _) => Err("an elementwise kernel runs through run_kernel".into()),
+        (Kernel::RowReduce(r), dsts) => super::reduce::run_row_reduce(r, srcs, dsts),
         (
             Kernel::Conv {
                 spec,
@@ -973,21 +988,6 @@ fn run_kernel(
             )
             .map_err(KernelError::OutOfMemory)
         }
-        (k, dsts) => run_other_kernel(k, srcs, dsts, packed, in_place),
-    }
-}
-
-/// [`run_kernel`] of every kernel but the elementwise one.
-fn run_other_kernel(
-    k: &Kernel,
-    srcs: &[Src<'_>],
-    dsts: &mut [Dst<'_>],
-    packed: Option<&Prepacked>,
-    in_place: bool,
-) -> Result<(), KernelError> {
-    match (k, dsts) {
-        (Kernel::Elementwise(_), _) => Err("an elementwise kernel runs through run_kernel".into()),
-        (Kernel::RowReduce(r), dsts) => super::reduce::run_row_reduce(r, srcs, dsts),
         (Kernel::Matmul { spec, epilogue }, [Dst::F32(c), outs @ ..]) => {
             let bias = if spec.bias.is_some() {
                 Some(f32_src(srcs, 2)?)
